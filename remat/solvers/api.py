@@ -1,0 +1,46 @@
+"""``remat.solve``: the user-facing entry point over the registry."""
+from __future__ import annotations
+
+from remat.errors import InfeasibleBudgetError
+from remat.graph.core import RematGraph
+from remat.schedule.budget import parse_budget
+from remat.schedule.solution import Solution
+from remat.solvers.base import SolveOptions, method_names, solver
+
+METHODS: tuple[str, ...] = method_names()
+
+
+def solve(graph: RematGraph, budget, method: str = "auto", time_limit: float | None = None,
+          **options) -> Solution:
+    """The schedule of ``method`` that minimises compute within ``budget``.
+
+    ``budget`` is bytes, a size string (``"1.5GiB"``) or a percentage (``"60%"``) of the
+    checkpoint-all peak above static memory. Raises ``InfeasibleBudgetError`` (with
+    ``.min_budget``) when the method finds no schedule that fits.
+    """
+    if not isinstance(graph, RematGraph):
+        raise TypeError(f"solve() needs a RematGraph, got {type(graph).__name__}")
+    solve_fn = solver(method)
+    budget_bytes = parse_budget(budget, graph)
+    opts = SolveOptions.from_kwargs(time_limit=time_limit, **options)
+    result = solve_fn(graph, budget_bytes, opts)
+    if not result.feasible:
+        raise InfeasibleBudgetError(_infeasible_message(method, budget, budget_bytes, result),
+                                    min_budget=result.min_budget, budget=budget_bytes)
+    return result
+
+
+def _infeasible_message(method: str, budget, budget_bytes: float, result: Solution) -> str:
+    need = "" if result.min_budget is None else \
+        f"; the smallest budget it can meet is {format_bytes(result.min_budget)}"
+    return (f"method {method!r} finds no schedule within budget {budget!r} "
+            f"({format_bytes(budget_bytes)}){need}. Raise the budget or try method='milp'.")
+
+
+def format_bytes(value: float) -> str:
+    """``1.50 GiB`` style, for messages and tables."""
+    value = float(value)
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= size:
+            return f"{value / size:.2f} {unit}"
+    return f"{value:.0f} B"

@@ -1,0 +1,71 @@
+"""What every solver shares: the options, the method registry and the budget sweep helper."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, fields
+from typing import Callable
+
+from remat.graph.core import RematGraph
+from remat.schedule.solution import Solution
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """Options of ``remat.solve``; each method reads the fields that apply to it."""
+
+    time_limit: float | None = None
+    """Wall-clock seconds a method may spend; it then returns its best schedule ("timeout")."""
+    threads: int | None = None
+    """Solver threads (MILP/LP/CP); None lets the backend choose."""
+    seed: int = 0
+    """Seed of every randomized step (randomized rounding, solver tie-breaking)."""
+    mip_rel_gap: float = 0.0
+    """Stop a MILP once (cost - bound) / cost is at most this; 0 proves optimality."""
+    warm_start: bool = True
+    """Start exact solvers from the best baseline schedule that fits."""
+    rounding_samples: int = 32
+    """Randomized rounding: number of samples drawn."""
+    progress: Callable[[dict], None] | None = None
+    """Called with {"incumbent", "bound", "gap", "time"} as a long solve improves."""
+    verbose: bool = False
+    """Let the backend print its own log."""
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> "SolveOptions":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise TypeError(f"unknown solve option(s) {', '.join(unknown)}; valid options: "
+                            f"{', '.join(sorted(names))}")
+        return cls(**kwargs)
+
+
+SolverFn = Callable[[RematGraph, float, SolveOptions], Solution]
+
+# name -> module; each module defines ``solve(graph, budget, options) -> Solution``.
+# Imported lazily so that a missing optional backend only matters when its method is used.
+_REGISTRY: dict[str, str] = {
+    "checkpoint-all": "remat.solvers.checkpoint_all",
+    "chen-sqrtn": "remat.solvers.chen_sqrtn",
+    "chen-greedy": "remat.solvers.chen_greedy",
+    "ap-sqrtn": "remat.solvers.ap_sqrtn",
+    "ap-greedy": "remat.solvers.ap_greedy",
+    "griewank": "remat.solvers.griewank",
+    "auto": "remat.solvers.auto",
+}
+
+
+def register(name: str, module: str) -> None:
+    """Add a method (used by solver modules that live outside this file's list)."""
+    _REGISTRY[name] = module
+
+
+def method_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def solver(name: str) -> SolverFn:
+    """The solve function of ``name``; an unknown name raises ValueError listing valid ones."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(method_names())}")
+    return importlib.import_module(_REGISTRY[name]).solve
