@@ -69,10 +69,100 @@ def argparse_suppress():
     return argparse.SUPPRESS
 
 
+SYNTHETIC = {"linear": "linear", "unet": "unet", "random_dag": "random_dag", "random": "random_dag"}
+
+
+def load_graph(spec: str):
+    """A graph from a JSON file, a synthetic spec (``linear:32``, ``unet:4``, ``random:100``),
+    or a model (zoo name or ``package.module:factory``), captured."""
+    import os
+
+    from remat import graphs
+    from remat.graph.core import RematGraph
+
+    if spec.endswith(".json") or os.path.isfile(spec):
+        return RematGraph.from_json(spec), spec
+    kind, _, size = spec.partition(":")
+    if kind in SYNTHETIC and size.isdigit():
+        return getattr(graphs, SYNTHETIC[kind])(int(size)), spec
+    return _captured_graph(spec), spec
+
+
+def _captured_graph(spec: str):
+    try:
+        from remat.capture import capture
+        from remat.zoo import resolve
+    except ImportError as exc:
+        raise SystemExit(f"remat: cannot capture {spec!r}: model capture is not available "
+                         f"({exc}); give a graph JSON file or a synthetic spec like linear:32")
+    model, inputs, loss_fn = resolve(spec)
+    return capture(model, inputs, loss_fn).graph
+
+
+def add_sweep(sub) -> None:
+    p = sub.add_parser("sweep", help="compute overhead against budget: CSV + PNG",
+                       description="Solve at budgets from tight to unconstrained with several "
+                                   "methods; write sweep.csv, sweep.json and sweep.png.")
+    p.add_argument("model", help="graph JSON, synthetic spec (linear:32, unet:4, random:100) "
+                                 "or a model (zoo name / package.module:factory)")
+    p.add_argument("--methods", default="all", help="comma-separated method names, or `all`")
+    p.add_argument("--budgets", default=None,
+                   help="comma-separated percentages (default: 10,20,...,100)")
+    p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
+    p.add_argument("-o", "--output", default="sweep-out", help="output directory")
+    p.set_defaults(run=run_sweep_cmd)
+
+
+def run_sweep_cmd(args) -> int:
+    from remat.bench.sweep import default_fractions, run_sweep, write_sweep
+    from remat.solvers import METHODS, solver
+
+    graph, name = load_graph(args.model)
+    methods = [m for m in METHODS if m != "auto"] if args.methods == "all" \
+        else [m.strip() for m in args.methods.split(",")]
+    for m in methods:
+        solver(m)
+    fractions = default_fractions() if not args.budgets else \
+        [float(b.strip().rstrip("%")) / 100 for b in args.budgets.split(",")]
+    print(f"sweeping {name}: {graph.size} nodes, {len(methods)} methods, "
+          f"{len(fractions)} budgets", file=sys.stderr)
+    rows = run_sweep(graph, methods, fractions, time_limit=args.time_limit)
+    command = "remat " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("remat") else \
+        "remat sweep " + args.model
+    paths = write_sweep(rows, graph, args.output, command, f"{name} ({graph.size} nodes)")
+    print("wrote " + ", ".join(paths.values()))
+    return 0
+
+
+def add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="the main job on built-in examples",
+                       description="Compare every method on built-in graphs.")
+    p.set_defaults(run=run_demo)
+
+
+def run_demo(args) -> int:
+    from remat import graphs
+    from remat.solvers import METHODS, SolveOptions, solver
+    from remat.schedule.budget import parse_budget
+
+    for title, graph in (("32-layer chain", graphs.linear(32)), ("U-Net depth 4", graphs.unet(4)),
+                         ("random DAG, 60 nodes", graphs.random_dag(60, seed=7))):
+        for pct in ("100%", "60%", "40%"):
+            budget = parse_budget(pct, graph)
+            print(f"\n{title} ({graph.size} nodes), budget {pct}:")
+            rows = []
+            for method in METHODS:
+                if method == "griewank" and not graph.is_chain:
+                    continue
+                rows.append(solution_row(solver(method)(graph, budget, SolveOptions(time_limit=30))))
+            print(render(rows))
+    return 0
+
+
 REGISTRARS = [
-    lambda sub: add_pending(sub, "demo", "the main job on a built-in model", 5),
+    add_demo,
     lambda sub: add_pending(sub, "capture", "capture a model's training step as a graph", 4),
     add_solve,
-    lambda sub: add_pending(sub, "sweep", "compute overhead against budget for every method", 3),
+    add_sweep,
     lambda sub: add_pending(sub, "maxbatch", "largest batch that fits a memory cap", 5),
 ]
