@@ -106,6 +106,7 @@ def capture(model: nn.Module, example_inputs, loss_fn=None, cost_model="profile"
     ``"unit"``. ``granularity``: ``"module"`` (one node per module call) or ``"op"``.
     The model's parameters, buffers and the RNG state are left as they were.
     """
+    _check_options(model, cost_model, granularity)
     start = time.perf_counter()
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     joint, in_descs, out_descs = trace_joint(model, inputs, loss_fn)
@@ -123,6 +124,20 @@ def capture(model: nn.Module, example_inputs, loss_fn=None, cost_model="profile"
     costs = node_costs(cap, cost_model)
     graph = _with_costs(cap.graph, costs, cost_model)
     return _replace(cap, graph=graph, capture_time=time.perf_counter() - start)
+
+
+def _check_options(model, cost_model, granularity) -> None:
+    """Fail before tracing (which takes a while) on options that cannot work."""
+    from remat.capture.grouping import GRANULARITIES
+    from remat.costs import COST_MODELS
+
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"capture needs a torch.nn.Module, got {type(model).__name__}")
+    if not callable(cost_model) and cost_model not in COST_MODELS:
+        raise ValueError(f"unknown cost_model {cost_model!r}; use one of "
+                         f"{', '.join(COST_MODELS)} or a callable(capture) -> costs")
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
 
 
 def _assemble(model, inputs, joint, groups: list[Group], storages, static, placeholders,
