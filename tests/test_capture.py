@@ -227,6 +227,12 @@ def test_op_granularity_is_finer_and_valid():
     fine = capture(model, inputs, loss_fn, cost_model="unit", granularity="op")
     assert fine.graph.size > coarse.graph.size
     _check_contract(fine)
+    before = _state(model)
+    loss, grads, _ = _captured(fine, model, inputs)
+    model.load_state_dict(before)
+    loss_e, grads_e, _ = _eager(model, inputs, loss_fn)
+    assert torch.allclose(loss, loss_e)
+    assert all(torch.allclose(grads[k], grads_e[k]) for k in grads)
     with pytest.raises(ValueError, match="granularity"):
         capture(model, inputs, loss_fn, granularity="layer")
 
