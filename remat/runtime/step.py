@@ -1,0 +1,144 @@
+"""``CompiledStep``: one training step that runs a solved schedule."""
+from __future__ import annotations
+
+import torch
+
+from remat.errors import RematError, UnsupportedModelError
+from remat.runtime.rewrite import ScheduledStep, schedule_joint
+
+
+class InputMismatchError(RematError, ValueError):
+    """A compiled step was called with inputs unlike the example it was compiled for."""
+
+
+class CompiledStep:
+    """``loss = step(*inputs)`` runs forward and backward by ``step.solution``'s plan.
+
+    Gradients accumulate into ``p.grad`` exactly as ``loss.backward()`` would, buffers (BatchNorm
+    statistics) update as in eager mode, and the loss comes back detached. Inputs must have the
+    example's shapes, dtypes and devices: other inputs raise ``InputMismatchError`` (compile again
+    for them).
+    """
+
+    def __init__(self, capture, solution, distributed=None):
+        self.capture = capture
+        self.solution = solution
+        self.model = capture.model
+        self._distributed = distributed
+        self._scheduled: ScheduledStep = schedule_joint(
+            capture.joint, capture.node_groups, solution.plan, capture.placeholders,
+            capture.outputs)
+        self._signature = [_signature(x) for x in capture.example_inputs]
+        self._tangent = None
+
+    @property
+    def graph(self):
+        """The captured remat graph the solution is for."""
+        return self.capture.graph
+
+    @property
+    def module(self) -> torch.fx.GraphModule:
+        """The generated fx module: ``module(*joint_args) -> (loss, *new_buffers)``."""
+        return self._scheduled.module
+
+    @property
+    def code(self) -> str:
+        """The generated Python code of the step, for inspection."""
+        return self._scheduled.module.code
+
+    @property
+    def op_counts(self):
+        """How many times the step executes each aten op (Counter by op overload)."""
+        return self._scheduled.op_counts.copy()
+
+    @property
+    def times_computed(self) -> tuple[int, ...]:
+        """How many times the step computes each remat node (the column sums of R)."""
+        return self._scheduled.times_computed
+
+    def __call__(self, *inputs) -> torch.Tensor:
+        self._check_inputs(inputs)
+        if self._distributed is not None:
+            self._distributed.before_step()
+        args = self._joint_args(inputs)
+        with torch.no_grad():
+            loss, *new_buffers = self._scheduled.module(*args)
+            del args
+            self._write_buffers(new_buffers)
+        if self._distributed is not None:
+            self._distributed.after_step()
+        return loss
+
+    def explain(self) -> str:
+        """Which values are kept, which recomputed and how often, the peak, and the code."""
+        from remat.runtime.explain import explain
+
+        return explain(self)
+
+    def __repr__(self) -> str:
+        sol = self.solution
+        return (f"CompiledStep(method={sol.method!r}, nodes={self.graph.size}, "
+                f"predicted_peak={sol.peak_memory:.0f} B, overhead={sol.overhead:.3f})")
+
+    # ----- internals ---------------------------------------------------------------------
+    def _check_inputs(self, inputs) -> None:
+        if len(inputs) != len(self._signature):
+            raise InputMismatchError(f"the step was compiled for {len(self._signature)} inputs, "
+                                     f"got {len(inputs)}")
+        for index, (value, expected) in enumerate(zip(inputs, self._signature)):
+            got = _signature(value)
+            if got != expected:
+                raise InputMismatchError(
+                    f"input {index} is {_describe(got)}, but the step was compiled for "
+                    f"{_describe(expected)}; call remat.compile(model, new_inputs, ...) for it")
+
+    def _joint_args(self, inputs) -> list:
+        """The joint graph's inputs: the model's own parameters and buffers (looked up now, so a
+        moved or replaced tensor is used), the user inputs, and the loss tangent (ones)."""
+        params = dict(self.model.named_parameters(remove_duplicate=False))
+        buffers = dict(self.model.named_buffers(remove_duplicate=False))
+        args = []
+        for spec, node in zip(self.capture.placeholders, _placeholder_nodes(self.capture.joint)):
+            if spec.kind == "param":
+                args.append(params[spec.target])
+            elif spec.kind == "buffer":
+                args.append(buffers[spec.target])
+            elif spec.kind == "input":
+                args.append(inputs[spec.target])
+            elif spec.kind == "tangent":
+                args.append(self._loss_tangent(node))
+            else:
+                raise UnsupportedModelError(f"joint graph input {node.name!r} ({spec!r}) has a "
+                                            "kind the runtime cannot supply")
+        return args
+
+    def _loss_tangent(self, node: torch.fx.Node) -> torch.Tensor:
+        if self._tangent is None:
+            value = node.meta.get("val")
+            if not isinstance(value, torch.Tensor):
+                raise UnsupportedModelError(f"joint graph input {node.name!r}: the loss tangent "
+                                            "has no recorded shape; capture the model again")
+            self._tangent = torch.ones(value.shape, dtype=value.dtype, device=value.device)
+        return self._tangent
+
+    def _write_buffers(self, new_buffers) -> None:
+        buffers = dict(self.model.named_buffers(remove_duplicate=False))
+        for target, value in zip(self._scheduled.buffer_targets, new_buffers):
+            buffers[target].copy_(value)
+
+
+def _placeholder_nodes(joint: torch.fx.GraphModule) -> list:
+    return [n for n in joint.graph.nodes if n.op == "placeholder"]
+
+
+def _signature(value):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype, value.device.type)
+    return ("value", repr(value))
+
+
+def _describe(signature) -> str:
+    if signature[0] == "tensor":
+        _, shape, dtype, device = signature
+        return f"a {device} {str(dtype).replace('torch.', '')} tensor of shape {list(shape)}"
+    return f"the value {signature[1]}"
