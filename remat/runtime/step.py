@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+from torch.utils import _pytree as pytree
 
 from remat.errors import RematError, UnsupportedModelError
 from remat.runtime.rewrite import ScheduledStep, schedule_joint
@@ -28,7 +29,8 @@ class CompiledStep:
         self._scheduled: ScheduledStep = schedule_joint(
             capture.joint, capture.node_groups, solution.plan, capture.placeholders,
             capture.outputs)
-        self._signature = [_signature(x) for x in capture.example_inputs]
+        leaves, self._structure = pytree.tree_flatten(tuple(capture.example_inputs))
+        self._signature = [_signature(x) for x in leaves]
         self._tangent = None
 
     @property
@@ -82,10 +84,11 @@ class CompiledStep:
 
     # ----- internals ---------------------------------------------------------------------
     def _check_inputs(self, inputs) -> None:
-        if len(inputs) != len(self._signature):
-            raise InputMismatchError(f"the step was compiled for {len(self._signature)} inputs, "
-                                     f"got {len(inputs)}")
-        for index, (value, expected) in enumerate(zip(inputs, self._signature)):
+        leaves, structure = pytree.tree_flatten(tuple(inputs))
+        if structure != self._structure:
+            raise InputMismatchError(f"the step was compiled for inputs shaped like "
+                                     f"{self._structure}, got {structure}")
+        for index, (value, expected) in enumerate(zip(leaves, self._signature)):
             got = _signature(value)
             if got != expected:
                 raise InputMismatchError(
@@ -97,6 +100,7 @@ class CompiledStep:
         moved or replaced tensor is used), the user inputs, and the loss tangent (ones)."""
         params = dict(self.model.named_parameters(remove_duplicate=False))
         buffers = dict(self.model.named_buffers(remove_duplicate=False))
+        flat_inputs = pytree.tree_leaves(inputs)
         args = []
         for spec, node in zip(self.capture.placeholders, _placeholder_nodes(self.capture.joint)):
             if spec.kind == "param":
@@ -104,7 +108,7 @@ class CompiledStep:
             elif spec.kind == "buffer":
                 args.append(buffers[spec.target])
             elif spec.kind == "input":
-                args.append(inputs[spec.target])
+                args.append(flat_inputs[spec.target])
             elif spec.kind == "tangent":
                 args.append(self._loss_tangent(node))
             else:
