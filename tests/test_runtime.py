@@ -283,3 +283,18 @@ def test_infeasible_budget_names_the_smallest():
         remat.compile(model, inputs, loss_fn, budget="10%", method="chen-greedy", cache=False,
                       cost_model="unit")
     assert info.value.min_budget > info.value.budget
+
+
+def test_input_that_requires_grad_gets_its_grad():
+    model, (x,), loss_fn = deep_mlp()
+    x = x[:32].clone().requires_grad_()
+    eager_x = x.detach().clone().requires_grad_()
+    eager_model, eager_loss = eager_step(model, (eager_x,), loss_fn, 4)
+    step = remat.compile(model, (x,), loss_fn, budget="50%", method="chen-greedy", cache=False,
+                         cost_model="unit")
+    torch.manual_seed(4)
+    loss = step(x)
+    assert_same_step(eager_model, eager_loss, model, loss)
+    assert torch.allclose(x.grad, eager_x.grad)
+    with pytest.raises(InputMismatchError, match="requiring grad"):
+        step(x.detach())

@@ -58,6 +58,13 @@ def accumulate_grad(param: torch.Tensor, grad: torch.Tensor) -> None:
         param.grad.add_(grad)
 
 
+def accumulate_input_grad(tensor: torch.Tensor, grad: torch.Tensor) -> None:
+    """Like ``accumulate_grad`` for a user input, which ``loss.backward()`` fills only when
+    the input is a leaf that requires grad."""
+    if tensor.requires_grad and tensor.is_leaf:
+        accumulate_grad(tensor, grad)
+
+
 def _obey_layout(param: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     """A gradient with the parameter's strides (autograd's layout contract)."""
     if grad.stride() == param.stride() or not _dense(param):

@@ -4,8 +4,9 @@ Every ``("compute", i)`` of the plan emits a copy of the joint graph's fx nodes 
 ``node_groups[i]``; a node reads the latest copy of each value it needs. fx's code generator
 then frees every value right after its last use, which is never later than the plan frees it.
 Random ops that run more than once replay the generator state of their first run; gradients
-are added into ``p.grad`` right after their first computation; the loss and the new buffer
-values are returned.
+are added into ``p.grad`` (and a leaf input's ``.grad``) right after their first computation;
+the loss and the new buffer values are returned and copied back by the caller: a buffer must
+not change while the step may still recompute an op that reads it.
 """
 from __future__ import annotations
 
@@ -104,8 +105,8 @@ class _Emitter:
         self.latest[node.name] = new
         if copy == 0:
             self.first[node.name] = new
-            for param in self.grad_of.get(node.name, ()):
-                self.graph.call_function(ops.accumulate_grad, (self.latest[param], new))
+            for accumulate, holder in self.grad_of.get(node.name, ()):
+                self.graph.call_function(accumulate, (self.latest[holder], new))
 
     def _call(self, node, args, kwargs, name, copy) -> fx.Node:
         if node.name not in self.replayed:
@@ -182,18 +183,21 @@ def _joint_outputs(joint: fx.GraphModule) -> list:
     return list(values) if isinstance(values, (tuple, list)) else [values]
 
 
-def _grad_params(joint: fx.GraphModule, placeholders, outputs) -> dict[str, list[str]]:
-    """fx node name of each gradient -> the parameter placeholders it is the gradient of."""
+def _grad_params(joint: fx.GraphModule, placeholders, outputs) -> dict[str, list[tuple]]:
+    """fx node name of each gradient -> [(accumulate function, placeholder name), ...]."""
     nodes = [n for n in joint.graph.nodes if n.op == "placeholder"]
-    by_target = {spec.target: node.name for node, spec in zip(nodes, placeholders)
-                 if spec.kind == "param"}
-    grads: dict[str, list[str]] = {}
+    by_spec = {(spec.kind, spec.target): node.name for node, spec in zip(nodes, placeholders)}
+    kinds = {"grad": ("param", ops.accumulate_grad),
+             "input_grad": ("input", ops.accumulate_input_grad)}
+    grads: dict[str, list[tuple]] = {}
     for spec, node in zip(outputs, _joint_outputs(joint)):
-        if spec.kind == "grad" and node is not None:
-            if spec.target not in by_target:
-                raise UnsupportedModelError(f"gradient output for {spec.target!r} has no "
-                                            "parameter input")
-            grads.setdefault(node.name, []).append(by_target[spec.target])
+        if spec.kind not in kinds or node is None:
+            continue
+        kind, accumulate = kinds[spec.kind]
+        if (kind, spec.target) not in by_spec:
+            raise UnsupportedModelError(f"gradient output for {kind} {spec.target!r} has no "
+                                        "matching joint graph input")
+        grads.setdefault(node.name, []).append((accumulate, by_spec[kind, spec.target]))
     return grads
 
 

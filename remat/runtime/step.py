@@ -137,12 +137,13 @@ def _placeholder_nodes(joint: torch.fx.GraphModule) -> list:
 
 def _signature(value):
     if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype, value.device.type)
+        return ("tensor", tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
     return ("value", repr(value))
 
 
 def _describe(signature) -> str:
     if signature[0] == "tensor":
-        _, shape, dtype, device = signature
-        return f"a {device} {str(dtype).replace('torch.', '')} tensor of shape {list(shape)}"
+        _, shape, dtype, device, grad = signature
+        return (f"a {device} {str(dtype).replace('torch.', '')} tensor of shape {list(shape)}"
+                + (" requiring grad" if grad else ""))
     return f"the value {signature[1]}"
