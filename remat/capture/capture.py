@@ -10,7 +10,7 @@ from torch.utils import _pytree as pytree
 
 from remat.capture.grouping import Group, check_ops, group_nodes
 from remat.capture.specs import InputSpec, OutputSpec, input_spec, output_spec
-from remat.capture.storage import StorageMap, build_storage_map
+from remat.capture.storage import StorageMap, build_storage_map, split_static_views
 from remat.capture.trace import trace_joint
 from remat.errors import UnsupportedModelError
 from remat.graph.core import RematGraph
@@ -110,6 +110,7 @@ def capture(model: nn.Module, example_inputs, loss_fn=None, cost_model="profile"
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     joint, in_descs, out_descs = trace_joint(model, inputs, loss_fn)
     check_ops(joint)
+    split_static_views(joint)
     placeholders = tuple(input_spec(d) for d in in_descs)
     outputs = tuple(output_spec(d) for d in out_descs)
     storages = build_storage_map(joint)

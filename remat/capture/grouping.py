@@ -27,6 +27,7 @@ from remat.capture.trace import MODEL_ATTR
 from remat.errors import UnsupportedModelError
 
 GRANULARITIES = ("module", "op")
+FUSE_WINDOW = 4  # a group may absorb up to this many following units
 SMALL_VALUE = 32  # a value this many times smaller than its node's largest may outlive it
 
 
@@ -55,45 +56,67 @@ def group_nodes(gm: fx.GraphModule, storages: StorageMap, static: set[str],
     units = _units(ops, storages)
     if granularity == "module":
         units = _fuse(units, storages, static)
-    units = [sorted(nodes, key=lambda n: position[n.name]) for nodes in units]
-    units.sort(key=lambda nodes: (_is_backward(nodes[0]), position[nodes[0].name]))
-    return _named(units)
+    # a unit's first node is its op (its head): it decides the phase and the order
+    heads = [(nodes[0], sorted(nodes, key=lambda n: position[n.name])) for nodes in units]
+    heads.sort(key=lambda pair: (_is_backward(pair[0]), position[pair[0].name]))
+    return _named(heads)
 
 
 def _units(ops: list[fx.Node], storages: StorageMap) -> list[list[fx.Node]]:
-    """One unit per op; getitems and aliases of an op-made storage join their owner's unit."""
+    """One unit per op; getitems and aliases of an op-made storage join their owner's unit,
+    views of a placeholder (one reader each, see ``split_static_views``) their reader's."""
     label: dict[str, int] = {}
     units: list[list[fx.Node]] = []
+    static_views = []
     for node in ops:
         owner = storages.storage.get(node.name)
         if node.target is operator.getitem and node.args[0].name in label:
             label[node.name] = label[node.args[0].name]
         elif owner is not None and owner != node.name and owner in label:
             label[node.name] = label[owner]
+        elif owner is not None and owner != node.name and len(node.users) == 1:
+            static_views.append(node)
+            continue
         else:
             label[node.name] = len(units)
+            units.append([])
+        units[label[node.name]].append(node)
+    for node in reversed(static_views):  # a chain's reader is labelled before the chain
+        reader = next(iter(node.users))
+        label[node.name] = label[reader.name] if reader.name in label else len(units)
+        if label[node.name] == len(units):
             units.append([])
         units[label[node.name]].append(node)
     return units
 
 
 def _fuse(units: list[list[fx.Node]], storages: StorageMap, static: set[str]) -> list[list[fx.Node]]:
-    """Fuse each unit into the next one of the same run while its values stay internal."""
+    """Grow each group over the next units of its run while its values stay internal.
+
+    A group absorbs the units up to the last one reading its (significant) values, when all
+    those readers lie within the next ``FUSE_WINDOW`` units of the same run (batchnorm's
+    output read by both the clone and the clamp of a functionalised in-place ReLU6); a group
+    whose values nobody reads (a buffer update) joins the next unit.
+    """
     keys = _run_keys(units)
+    unit_of = {n.name: k for k, unit in enumerate(units) for n in unit}
     fused: list[list[fx.Node]] = []
-    current: list[fx.Node] = []
-    current_key = None
-    for unit, key in zip(units, keys):
-        if current and key == current_key and not _has_random(current) \
-                and not _has_random(unit) and _only_read_by(current, unit, storages, static):
-            current = current + unit
-        else:
-            if current:
-                fused.append(current)
-            current = list(unit)
-        current_key = key
-    if current:
-        fused.append(current)
+    start = 0
+    while start < len(units):
+        group, end = list(units[start]), start + 1
+        while end < len(units):
+            readers = _readers(group, unit_of, storages, static)
+            last = max(readers, default=end)
+            if min(readers, default=end) < end or last >= end + FUSE_WINDOW:
+                break
+            span = range(end, last + 1)
+            if any(keys[k] != keys[start] or _has_random(units[k]) for k in span):
+                break
+            for k in span:
+                group += units[k]
+            end = last + 1
+        fused.append(group)
+        start = end
     return fused
 
 
@@ -113,34 +136,34 @@ def _run_keys(units: list[list[fx.Node]]) -> list[tuple]:
     return keys
 
 
-def _only_read_by(group: list[fx.Node], unit: list[fx.Node], storages: StorageMap,
-                  static: set[str]) -> bool:
-    """True when every significant value of ``group`` read outside it is read by ``unit`` only.
+def _readers(group: list[fx.Node], unit_of: dict[str, int], storages: StorageMap,
+             static: set[str]) -> set[int]:
+    """Units outside ``group`` reading its significant values (``-1``: the step's outputs).
 
     Static storages cost nothing, and small values (a 32nd of the group's largest, such as
     batchnorm's mean and inverse std) may outlive the rest without distorting memory much.
     """
     inside = {n.name for n in group}
-    target = {n.name for n in unit}
     sizes = {n.name: storages.nbytes.get(storages.storage.get(n.name), 0) for n in group}
     largest = max(sizes.values(), default=0)
+    readers: set[int] = set()
     for node in group:
-        if storages.storage.get(node.name) in static or sizes[node.name] * SMALL_VALUE < largest:
+        if storages.storage.get(node.name) in static or sizes[node.name] * SMALL_VALUE <= largest:
             continue
         for user in node.users:
-            if user.name not in inside and user.name not in target:
-                return False
-    return True
+            if user.name not in inside:
+                readers.add(unit_of.get(user.name, -1))
+    return readers
 
 
 def _has_random(nodes: list[fx.Node]) -> bool:
     return any(is_random(n) for n in nodes)
 
 
-def _named(groups: list[list[fx.Node]]) -> list[Group]:
+def _named(groups: list[tuple[fx.Node, list[fx.Node]]]) -> list[Group]:
     out, used = [], set()
-    for nodes in groups:
-        backward = _is_backward(nodes[0])
+    for head, nodes in groups:
+        backward = _is_backward(head)
         real = [n for n in nodes if n.target is not operator.getitem] or nodes
         paths = [module_path(n) for n in real if module_path(n) is not None]
         module = "+".join(dict.fromkeys(p for p in paths if p)) or ""

@@ -43,7 +43,7 @@ def build_storage_map(gm: fx.GraphModule) -> StorageMap:
         if node.op == "call_function":
             base = _alias_base(node)
             if base is not None:
-                if base.name in storage and isinstance(val, torch.Tensor):
+                if base.name in storage:  # also a list of views (split, unbind)
                     storage[node.name] = storage[base.name]
                 continue
         if isinstance(val, torch.Tensor):
@@ -95,3 +95,40 @@ def _is_view_op(node: fx.Node) -> bool:
 
 def _is_write_op(target) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in target._schema.arguments)
+
+
+def split_static_views(gm: fx.GraphModule) -> None:
+    """Give every reader its own copy of each view of a placeholder (``t(weight)``).
+
+    A view of a parameter costs no memory, but a shared one would tie its readers together:
+    the forward node holding ``t(weight)`` would look needed until the backward reads it, and
+    the memory model would keep that node's real outputs alive as long. With one copy per
+    reader, each view joins its reader's node. Walks the graph backwards so that view chains
+    (``t(t(weight))``) split all the way to the placeholder.
+    """
+    rooted = _placeholder_views(gm)
+    graph = gm.graph
+    for node in reversed(list(graph.nodes)):
+        if node.name not in rooted or len(node.users) <= 1:
+            continue
+        for user in list(node.users)[1:]:
+            with graph.inserting_before(user):
+                copy = graph.call_function(node.target, node.args, node.kwargs)
+            copy.meta = dict(node.meta)
+            user.replace_input_with(node, copy)
+            rooted.add(copy.name)
+    graph.lint()
+    gm.recompile()
+
+
+def _placeholder_views(gm: fx.GraphModule) -> set[str]:
+    """Names of the view ops whose storage is a placeholder's."""
+    rooted: set[str] = set()
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            rooted.add(node.name)
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            base = _alias_base(node)
+            if base is not None and base.name in rooted:
+                rooted.add(node.name)
+    return rooted - {n.name for n in gm.graph.nodes if n.op == "placeholder"}
