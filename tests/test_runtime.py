@@ -88,8 +88,9 @@ def tiny_transformer():
 class TwoHeads(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.body = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
-                                        torch.nn.Linear(64, 64), torch.nn.GELU())
+        self.body = torch.nn.Sequential(
+            torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.GELU(),
+            torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.GELU())
         self.a, self.b = torch.nn.Linear(64, 3), torch.nn.Linear(64, 1)
 
     def forward(self, x):
@@ -152,10 +153,22 @@ def expected_op_counts(cap, R) -> Counter:
     return expected
 
 
+# The captured joint graph of fcn_resnet50 (capture.run, nothing recomputed) differs from the
+# eager step by float rounding (up to ~1e-7 absolute, ~1e-6 relative on a few gradients): its
+# schedules are held to the captured step at default tolerances, and to eager at these.
+EAGER_TOLERANCE = {"fcn_resnet50": dict(rtol=1e-4, atol=1e-6)}
+
+
 def sweep(name, cap, seed=5):
     """Every (method, budget) that solves: checked against eager; returns the peaks."""
-    _, inputs, loss_fn = MODELS[name]()
+    _, inputs, loss_fn = load(name)
     eager_model, eager_loss = eager_step(cap.model, inputs, loss_fn, seed)
+    references = [(eager_model, eager_loss, EAGER_TOLERANCE.get(name, {}))]
+    if name in EAGER_TOLERANCE:
+        captured_model = copy.deepcopy(cap.model)
+        torch.manual_seed(seed)
+        captured_loss = dataclasses.replace(cap, model=captured_model).run(*inputs)
+        references.append((captured_model, captured_loss, {}))
     rows, measured = [], {}
     for method in METHODS:
         for budget in BUDGETS:
@@ -171,7 +184,8 @@ def sweep(name, cap, seed=5):
             else:
                 loss, peak = measured_step(step, model, inputs, seed)
                 measured[key] = peak
-            assert_same_step(eager_model, eager_loss, model, loss)
+            for ref_model, ref_loss, tolerance in references:
+                assert_same_step(ref_model, ref_loss, model, loss, **tolerance)
             assert solution.peak_memory <= remat.parse_budget(budget, cap.graph) * (1 + 1e-9)
             assert peak <= 1.05 * solution.peak_memory, (method, budget, peak, solution.peak_memory)
             assert step.op_counts == expected_op_counts(cap, solution.R)
@@ -179,10 +193,29 @@ def sweep(name, cap, seed=5):
     return rows
 
 
-@pytest.fixture(scope="module", params=sorted(MODELS))
+def load(name):
+    if name in MODELS:
+        return MODELS[name]()
+    return remat.zoo.load(name, tiny=True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Small tensors on a shared machine: one intra-op thread is faster and steadier."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+ZOO = ("vgg16", "vgg19", "resnet50", "mobilenet_v2", "fcn_resnet50", "unet", "gpt2")
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS) + [f"zoo:{n}" for n in ZOO])
 def captured(request):
-    model, inputs, loss_fn = MODELS[request.param]()
-    return request.param, capture(model.train(), inputs, loss_fn, cost_model="flops")
+    name = request.param.removeprefix("zoo:")
+    model, inputs, loss_fn = load(name)
+    return name, capture(model.train(), inputs, loss_fn, cost_model="flops")
 
 
 # ----- tests ------------------------------------------------------------------------------
@@ -207,7 +240,7 @@ def test_executed_ops_match_R(captured):
     name, cap = captured
     solution = _most_recomputing(cap)
     step, model = fresh_step(cap, solution)
-    _, inputs, _ = MODELS[name]()
+    _, inputs, _ = load(name)
     with OpCounter() as counter:
         step(*inputs)
     expected = expected_op_counts(cap, solution.R)

@@ -31,7 +31,7 @@ class CompiledStep:
             capture.outputs)
         leaves, self._structure = pytree.tree_flatten(tuple(capture.example_inputs))
         self._signature = [_signature(x) for x in leaves]
-        self._tangent = None
+        self._tangent = _loss_tangent(capture)
 
     @property
     def graph(self):
@@ -110,25 +110,28 @@ class CompiledStep:
             elif spec.kind == "input":
                 args.append(flat_inputs[spec.target])
             elif spec.kind == "tangent":
-                args.append(self._loss_tangent(node))
+                args.append(self._tangent)
             else:
                 raise UnsupportedModelError(f"joint graph input {node.name!r} ({spec!r}) has a "
                                             "kind the runtime cannot supply")
         return args
 
-    def _loss_tangent(self, node: torch.fx.Node) -> torch.Tensor:
-        if self._tangent is None:
-            value = node.meta.get("val")
-            if not isinstance(value, torch.Tensor):
-                raise UnsupportedModelError(f"joint graph input {node.name!r}: the loss tangent "
-                                            "has no recorded shape; capture the model again")
-            self._tangent = torch.ones(value.shape, dtype=value.dtype, device=value.device)
-        return self._tangent
-
     def _write_buffers(self, new_buffers) -> None:
         buffers = dict(self.model.named_buffers(remove_duplicate=False))
         for target, value in zip(self._scheduled.buffer_targets, new_buffers):
             buffers[target].copy_(value)
+
+
+def _loss_tangent(capture) -> torch.Tensor | None:
+    """The seed of the backward pass (ones like the loss), made once."""
+    for spec, node in zip(capture.placeholders, _placeholder_nodes(capture.joint)):
+        if spec.kind == "tangent":
+            value = node.meta.get("val")
+            if not isinstance(value, torch.Tensor):
+                raise UnsupportedModelError(f"joint graph input {node.name!r}: the loss tangent "
+                                            "has no recorded shape; capture the model again")
+            return torch.ones(value.shape, dtype=value.dtype, device=value.device)
+    return None
 
 
 def _placeholder_nodes(joint: torch.fx.GraphModule) -> list:
