@@ -32,6 +32,9 @@ class CompiledStep:
         leaves, self._structure = pytree.tree_flatten(tuple(capture.example_inputs))
         self._signature = [_signature(x) for x in leaves]
         self._tangent = _loss_tangent(capture)
+        self._sources = _sources(capture)
+        self._buffer_owners = [_owner(self.model, target, "buffer")
+                               for target in self._scheduled.buffer_targets]
 
     @property
     def graph(self):
@@ -96,30 +99,50 @@ class CompiledStep:
                     f"{_describe(expected)}; call remat.compile(model, new_inputs, ...) for it")
 
     def _joint_args(self, inputs) -> list:
-        """The joint graph's inputs: the model's own parameters and buffers (looked up now, so a
-        moved or replaced tensor is used), the user inputs, and the loss tangent (ones)."""
-        params = dict(self.model.named_parameters(remove_duplicate=False))
-        buffers = dict(self.model.named_buffers(remove_duplicate=False))
+        """The joint graph's inputs: the model's parameters and buffers (read from their
+        modules now, so a moved or replaced tensor is used), the user inputs, the loss tangent."""
         flat_inputs = pytree.tree_leaves(inputs)
         args = []
-        for spec, node in zip(self.capture.placeholders, _placeholder_nodes(self.capture.joint)):
-            if spec.kind == "param":
-                args.append(params[spec.target])
-            elif spec.kind == "buffer":
-                args.append(buffers[spec.target])
-            elif spec.kind == "input":
-                args.append(flat_inputs[spec.target])
-            elif spec.kind == "tangent":
+        for kind, source in self._sources:
+            if kind == "input":
+                args.append(flat_inputs[source])
+            elif kind == "tangent":
                 args.append(self._tangent)
-            else:
-                raise UnsupportedModelError(f"joint graph input {node.name!r} ({spec!r}) has a "
-                                            "kind the runtime cannot supply")
+            else:  # a parameter or buffer: (owning module, attribute dict name, key)
+                owner, table, key = source
+                args.append(getattr(owner, table)[key])
         return args
 
     def _write_buffers(self, new_buffers) -> None:
-        buffers = dict(self.model.named_buffers(remove_duplicate=False))
-        for target, value in zip(self._scheduled.buffer_targets, new_buffers):
-            buffers[target].copy_(value)
+        """Copy the new buffer values (BatchNorm statistics) into the model's buffers."""
+        if new_buffers:
+            targets = [owner._buffers[key] for owner, _, key in self._buffer_owners]
+            torch._foreach_copy_(targets, list(new_buffers))
+
+
+def _sources(capture) -> list[tuple]:
+    """Where each joint input comes from, resolved once: the module owning each parameter
+    and buffer (a dict lookup per step instead of walking the model)."""
+    out = []
+    for spec, node in zip(capture.placeholders, _placeholder_nodes(capture.joint)):
+        if spec.kind in ("param", "buffer"):
+            out.append((spec.kind, _owner(capture.model, spec.target, spec.kind)))
+        elif spec.kind in ("input", "tangent"):
+            out.append((spec.kind, spec.target))
+        else:
+            raise UnsupportedModelError(f"joint graph input {node.name!r} ({spec!r}) has a kind "
+                                        "the runtime cannot supply")
+    return out
+
+
+def _owner(model: torch.nn.Module, target: str, kind: str) -> tuple:
+    path, _, key = target.rpartition(".")
+    owner = model.get_submodule(path) if path else model
+    table = "_parameters" if kind == "param" else "_buffers"
+    if key not in getattr(owner, table):
+        raise UnsupportedModelError(f"the model has no {kind} {target!r}, which the captured "
+                                    "step reads; capture the model again")
+    return owner, table, key
 
 
 def _loss_tangent(capture) -> torch.Tensor | None:
