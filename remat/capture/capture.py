@@ -8,7 +8,7 @@ import torch
 from torch import fx, nn
 from torch.utils import _pytree as pytree
 
-from remat.capture.grouping import Group, check_ops, group_nodes
+from remat.capture.grouping import Group, check_ops, group_nodes, reorder_joint
 from remat.capture.specs import InputSpec, OutputSpec, input_spec, output_spec
 from remat.capture.storage import StorageMap, build_storage_map, split_static_views
 from remat.capture.trace import trace_joint
@@ -116,6 +116,7 @@ def capture(model: nn.Module, example_inputs, loss_fn=None, cost_model="profile"
     storages = build_storage_map(joint)
     static = static_storages(joint, storages)
     groups = group_nodes(joint, storages, static, granularity)
+    reorder_joint(joint, groups)
     cap = _assemble(model, inputs, joint, groups, storages, static, placeholders, outputs)
     from remat.costs import node_costs
 

@@ -28,7 +28,7 @@ from remat.errors import UnsupportedModelError
 
 GRANULARITIES = ("module", "op")
 FUSE_WINDOW = 4  # a group may absorb up to this many following units
-SMALL_VALUE = 32  # a value this many times smaller than its node's largest may outlive it
+SMALL_VALUE = 8  # a value this many times smaller than its node's largest may outlive it
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,9 @@ def group_nodes(gm: fx.GraphModule, storages: StorageMap, static: set[str],
     units = _units(ops, storages)
     if granularity == "module":
         units = _fuse(units, storages, static)
-    # a unit's first node is its op (its head): it decides the phase and the order
+    # a unit's first node is its op (its head): it decides the phase; units come in order
     heads = [(nodes[0], sorted(nodes, key=lambda n: position[n.name])) for nodes in units]
-    heads.sort(key=lambda pair: (_is_backward(pair[0]), position[pair[0].name]))
+    heads.sort(key=lambda pair: _is_backward(pair[0]))  # stable: keeps the order within
     return _named(heads)
 
 
@@ -91,33 +91,119 @@ def _units(ops: list[fx.Node], storages: StorageMap) -> list[list[fx.Node]]:
 
 
 def _fuse(units: list[list[fx.Node]], storages: StorageMap, static: set[str]) -> list[list[fx.Node]]:
-    """Grow each group over the next units of its run while its values stay internal.
+    """Grow groups over units while the values passed between them stay internal.
 
-    A group absorbs the units up to the last one reading its (significant) values, when all
-    those readers lie within the next ``FUSE_WINDOW`` units of the same run (batchnorm's
-    output read by both the clone and the clamp of a functionalised in-place ReLU6); a group
-    whose values nobody reads (a buffer update) joins the next unit.
+    A group absorbs the readers of its (significant) values when all of them are free units
+    of the same run within ``FUSE_WINDOW`` units of its last member (batchnorm -> relu; the
+    clone and the clamp of a functionalised in-place ReLU6); a group whose values nobody
+    reads (a buffer update) joins the next free unit of its run; and a unit whose values only
+    one later group reads joins it (the downsample branch's batchnorm, read only by the
+    residual add that the main branch's group absorbed). Units in between that do not read
+    the group stay separate nodes, placed before it.
     """
-    keys = _run_keys(units)
-    unit_of = {n.name: k for k, unit in enumerate(units) for n in unit}
-    fused: list[list[fx.Node]] = []
-    start = 0
-    while start < len(units):
-        group, end = list(units[start]), start + 1
-        while end < len(units):
-            readers = _readers(group, unit_of, storages, static)
-            last = max(readers, default=end)
-            if min(readers, default=end) < end or last >= end + FUSE_WINDOW:
-                break
-            span = range(end, last + 1)
-            if any(keys[k] != keys[start] or _has_random(units[k]) for k in span):
-                break
-            for k in span:
-                group += units[k]
-            end = last + 1
-        fused.append(group)
-        start = end
-    return fused
+    units = _attach_quiet_units(units, storages, static)
+    fusion = _Fusion(units, storages, static)
+    for start in range(len(units)):
+        if not fusion.taken[start] and not fusion.join_reader(start):
+            fusion.grow(start)
+    groups = sorted(fusion.groups, key=max)  # a group runs where its last unit was
+    return [[n for k in sorted(members) for n in units[k]] for members in groups]
+
+
+class _Fusion:
+    """Mutable state of one ``_fuse`` call: which unit went to which group."""
+
+    def __init__(self, units, storages: StorageMap, static: set[str]):
+        self.units, self.storages, self.static = units, storages, static
+        self.keys = _run_keys(units)
+        self.unit_of = {n.name: k for k, unit in enumerate(units) for n in unit}
+        self.taken = [False] * len(units)
+        self.groups: list[list[int]] = []
+        self.group_of: dict[int, int] = {}
+
+    def _add(self, group: int, unit: int) -> None:
+        self.groups[group].append(unit)
+        self.taken[unit] = True
+        self.group_of[unit] = group
+
+    def grow(self, start: int) -> None:
+        group = len(self.groups)
+        self.groups.append([])
+        self._add(group, start)
+        members = self.groups[group]
+        while True:
+            nodes = [n for k in members for n in self.units[k]]
+            readers = _readers(nodes, self.unit_of, self.storages, self.static)
+            if not _absorbable(readers, members, self.keys, self.units, self.taken):
+                return
+            grown = nodes + [n for k in readers for n in self.units[k]]
+            if _read_in_between(grown, self.unit_of, set(members) | readers):
+                return
+            for k in sorted(readers):
+                self._add(group, k)
+
+    def join_reader(self, unit: int) -> bool:
+        """Put ``unit`` into the one later group that reads its values, if it is safe."""
+        nodes = self.units[unit]
+        readers = _readers(nodes, self.unit_of, self.storages, self.static)
+        groups = {self.group_of.get(k) for k in readers}
+        if not readers or len(groups) != 1 or None in groups:
+            return False
+        group = groups.pop()
+        members = self.groups[group]
+        if self.keys[unit] != self.keys[members[0]] or _has_random(nodes) \
+                or _has_random(self.units[members[0]]):
+            return False
+        if _read_in_between(nodes, self.unit_of, set(members) | {unit}):
+            return False
+        self._add(group, unit)
+        return True
+
+
+def _read_in_between(nodes, unit_of, inside: set[int]) -> bool:
+    """True if a unit left out of the group, but placed before its last unit, reads any of
+    its values (small ones included): the group would then have to run after its reader."""
+    new_last = max(inside)
+    for node in nodes:
+        for user in node.users:
+            k = unit_of.get(user.name, -1)
+            if k not in inside and k != -1 and k < new_last:
+                return True
+    return False
+
+
+def _attach_quiet_units(units, storages: StorageMap, static: set[str]) -> list[list[fx.Node]]:
+    """Put each unit whose values nobody reads but the step's outputs (a batchnorm's
+    ``num_batches_tracked + 1``, a weight gradient) into the next unit of its phase, behind
+    that unit's head op."""
+    out: list[list[fx.Node]] = []
+    pending: list[fx.Node] = []
+    for unit in units:
+        if pending and _is_backward(pending[0]) != _is_backward(unit[0]):
+            out.append(pending)
+            pending = []
+        if _is_quiet(unit, storages, static):
+            pending += unit
+            continue
+        out.append([unit[0]] + pending + unit[1:])
+        pending = []
+    if pending:
+        out.append(pending)
+    return out
+
+
+def _is_quiet(unit: list[fx.Node], storages: StorageMap, static: set[str]) -> bool:
+    inside = {n.name for n in unit}
+    return all(storages.storage.get(n.name) in static or
+               all(u.op == "output" or u.name in inside for u in n.users) for n in unit)
+
+
+def _absorbable(readers: set[int], members: list[int], keys, units, taken) -> bool:
+    if not readers or -1 in readers:
+        return False
+    last = max(members)
+    return all(last < k <= last + FUSE_WINDOW and not taken[k] and keys[k] == keys[members[0]]
+               and not _has_random(units[k]) for k in readers)
 
 
 def _run_keys(units: list[list[fx.Node]]) -> list[tuple]:
@@ -140,7 +226,7 @@ def _readers(group: list[fx.Node], unit_of: dict[str, int], storages: StorageMap
              static: set[str]) -> set[int]:
     """Units outside ``group`` reading its significant values (``-1``: the step's outputs).
 
-    Static storages cost nothing, and small values (a 32nd of the group's largest, such as
+    Static storages cost nothing, and small values (an 8th of the group's largest, such as
     batchnorm's mean and inverse std) may outlive the rest without distorting memory much.
     """
     inside = {n.name for n in group}
@@ -208,3 +294,20 @@ def check_ops(gm: fx.GraphModule) -> None:
                                                or node.target is operator.getitem):
             raise UnsupportedModelError(f"capture cannot handle op {node.target} (node "
                                         f"{node.name!r}): the joint graph must hold aten ops only")
+
+
+def reorder_joint(gm: fx.GraphModule, groups: list[Group]) -> None:
+    """Lay the joint's ops out group after group, in remat-node order.
+
+    Fusion can place a node's ops after ops of other nodes; reordering makes the joint itself
+    run the checkpoint-all schedule exactly (so ``Capture.run`` measures what the graph
+    predicts), and makes every node's ops contiguous in the joint.
+    """
+    nodes = {n.name: n for n in gm.graph.nodes}
+    anchor = [n for n in gm.graph.nodes if n.op == "placeholder"][-1]
+    for group in groups:
+        for name in group.nodes:
+            anchor.append(nodes[name])
+            anchor = nodes[name]
+    gm.graph.lint()
+    gm.recompile()

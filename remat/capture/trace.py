@@ -9,7 +9,10 @@ are translated into ``UnsupportedModelError`` naming the user's source line or t
 from __future__ import annotations
 
 import contextlib
+import linecache
+import logging
 import os
+import re
 import traceback
 
 import torch
@@ -54,17 +57,70 @@ def trace_joint(model: nn.Module, inputs: tuple, loss_fn=None):
     from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
 
     step = StepModule(model, loss_fn)
-    try:
-        exported = torch.export.export(step, tuple(inputs), strict=False)
-        module = exported.module()
-        with contextlib.ExitStack() as stack:
-            joint = aot_export_joint_with_descriptors(stack, module, tuple(inputs))
-            gm = joint.graph_module
-    except UnsupportedModelError:
-        raise
-    except Exception as exc:  # translate the tracer's many error types into one
-        raise _unsupported(exc) from exc
+    with _quiet_tracer():
+        try:
+            exported = torch.export.export(step, tuple(inputs), strict=False)
+        except UnsupportedModelError:
+            raise
+        except Exception as exc:  # translate the tracer's many error types into one
+            raise _unsupported(exc) from exc
+        try:
+            with contextlib.ExitStack() as stack:
+                joint = aot_export_joint_with_descriptors(stack, exported.module(), tuple(inputs))
+                gm = joint.graph_module
+        except Exception as exc:
+            line = _line_of_op(exported, getattr(exc, "func", None)) or \
+                _generated_code_line(exc) or _last_user_frame(str(exc))
+            raise _unsupported(exc, line) from exc
     return _flat_graph_module(gm)
+
+
+@contextlib.contextmanager
+def _quiet_tracer():
+    """Silence the symbolic-shape warnings (with whole graph dumps) that torch logs just before
+    raising the error we translate anyway."""
+    logger = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _line_of_op(exported, op) -> str | None:
+    """The user's source line of the first exported node calling ``op`` (from its stack trace)."""
+    if op is None:
+        return None
+    packet = getattr(op, "overloadpacket", op)
+    for node in exported.graph_module.graph.nodes:
+        if node.op == "call_function" and getattr(node.target, "overloadpacket", node.target) == packet:
+            return _last_user_frame(node.meta.get("stack_trace") or "")
+    return None
+
+
+def _generated_code_line(exc: BaseException) -> str | None:
+    """The user line recorded (as a ``# File: ...`` comment) above the statement of fx-generated
+    code that raised: the exported module runs generated code, not the user's."""
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename.startswith("<eval_with_key"):
+            lines = linecache.getlines(frame.filename)
+            for text in reversed(lines[:frame.lineno]):
+                match = re.search(r"# File: (\S+?):(\d+) in \w+, code: (.*)", text)
+                if match:
+                    found = f"{match.group(1)}:{match.group(2)} ({match.group(3).strip()})"
+                    break
+    return found
+
+
+def _last_user_frame(stack_trace: str) -> str | None:
+    best = None
+    for match in re.finditer(r'File "([^"]+)", line (\d+)', stack_trace):
+        path = os.path.abspath(match.group(1))
+        if not path.startswith((_TORCH_DIR, _REMAT_DIR, _STDLIB_DIR)):
+            best = f"{match.group(1)}:{match.group(2)}"
+    return best
 
 
 def _flat_graph_module(gm: fx.GraphModule):
@@ -86,13 +142,15 @@ def _flat_graph_module(gm: fx.GraphModule):
     return new_gm, in_descs, out_descs
 
 
-def _unsupported(exc: Exception) -> UnsupportedModelError:
+def _unsupported(exc: Exception, line: str | None = None) -> UnsupportedModelError:
     """An UnsupportedModelError naming the user's line (control flow) or the op."""
-    op = getattr(exc, "func", None)
-    line = _user_line(exc)
+    op = getattr(exc, "func", None) or _op_in_message(str(exc))
+    line = line or _user_line(exc)
     where = f" at {line}" if line else ""
     name = type(exc).__name__
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else name
+    if "DynamicOutputShape" in name:
+        text = "its output shape depends on tensor values"
     if "DataDependent" in name or "data-dependent" in str(exc):
         return UnsupportedModelError(
             f"the model's trace depends on tensor values{where} ({text}). remat captures one "
@@ -104,6 +162,13 @@ def _unsupported(exc: Exception) -> UnsupportedModelError:
             f"capture cannot handle op {op}{where}: {text}. Replace it by standard torch ops or "
             "register a fake (meta) kernel and an autograd formula for it.")
     return UnsupportedModelError(f"capture failed{where}: {name}: {text}")
+
+
+def _op_in_message(text: str) -> str | None:
+    """``namespace::op`` named in a tracer message (custom ops without fake kernel), or None."""
+    match = re.search(r"CustomOpDef\(([\w.]+::[\w.]+)\)", text) or \
+        re.search(r"\b(\w+::\w+(?:\.\w+)?)", text)
+    return match.group(1) if match else None
 
 
 def _user_line(exc: BaseException) -> str | None:

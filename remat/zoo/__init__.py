@@ -26,9 +26,9 @@ class Entry:
     tiny_batch: int
 
 
-def _classification(size: int, classes: int = 1000, tiny_classes: int = 10):
+def _classification(size: int, tiny_size: int, classes: int = 1000, tiny_classes: int = 10):
     def make(tiny, batch, gen):
-        side = 64 if tiny else size
+        side = tiny_size if tiny else size
         n = tiny_classes if tiny else classes
         return (torch.randn(batch, 3, side, side, generator=gen),
                 torch.randint(0, n, (batch,), generator=gen))
@@ -44,7 +44,7 @@ def _segmentation(size: int, classes: int, tiny_size: int = 64, channels: int = 
     return make
 
 
-def _tokens(tiny_length: int = 64, length: int = 1024):
+def _tokens(tiny_length: int = 128, length: int = 1024):
     def make(tiny, batch, gen):
         config = _gpt2_config(tiny)
         n = tiny_length if tiny else length
@@ -57,7 +57,7 @@ def _gpt2_config(tiny: bool):
     from remat.zoo.gpt2 import GPT2Config
 
     if tiny:
-        return GPT2Config(vocab_size=256, n_positions=64, n_layer=2, n_head=2, n_embd=64)
+        return GPT2Config(vocab_size=256, n_positions=128, n_layer=2, n_head=2, n_embd=64)
     return GPT2Config()
 
 
@@ -94,11 +94,11 @@ def _gpt2(tiny):
 
 
 _ENTRIES = {
-    "vgg16": Entry(_vision("vgg16"), _classification(224), "classification", 16, 4),
-    "vgg19": Entry(_vision("vgg19"), _classification(224), "classification", 16, 4),
-    "resnet50": Entry(_vision("resnet50"), _classification(224), "classification", 16, 4),
-    "mobilenet_v2": Entry(_vision("mobilenet_v2"), _classification(224), "classification", 16, 4),
-    "fcn_resnet50": Entry(_vision("fcn_resnet50"), _segmentation(512, 21), "segmentation", 4, 2),
+    "vgg16": Entry(_vision("vgg16"), _classification(224, 64), "classification", 16, 4),
+    "vgg19": Entry(_vision("vgg19"), _classification(224, 64), "classification", 16, 4),
+    "resnet50": Entry(_vision("resnet50"), _classification(224, 128), "classification", 16, 4),
+    "mobilenet_v2": Entry(_vision("mobilenet_v2"), _classification(224, 128), "classification", 16, 4),
+    "fcn_resnet50": Entry(_vision("fcn_resnet50"), _segmentation(512, 21, tiny_size=128), "segmentation", 4, 2),
     "unet": Entry(_unet, _segmentation(572, 2, tiny_size=204, channels=1, out=_unet_out), "unet", 2, 2),
     "gpt2": Entry(_gpt2, _tokens(), None, 4, 4),
 }
