@@ -51,6 +51,7 @@ _REGISTRY: dict[str, str] = {
     "ap-sqrtn": "remat.solvers.ap_sqrtn",
     "ap-greedy": "remat.solvers.ap_greedy",
     "griewank": "remat.solvers.griewank",
+    "chain-dp": "remat.solvers.chain_dp",
     "auto": "remat.solvers.auto",
 }
 
