@@ -21,7 +21,7 @@ last use, each stage runs one forward sweep from the highest checkpoint below it
 backward node is recomputed. That these schedules contain an optimum for this graph family is
 checked, not proved here: ``tests/test_fast_solvers.py`` compares the DP with an exhaustive
 search over every S on tiny chains (every budget) and with ``milp`` on the shared case table.
-Costs are exact (no memory discretization): memo keys are the exact remaining byte counts.
+Costs and sizes are exact (no memory discretization): memo keys hold the exact remaining bytes.
 """
 from __future__ import annotations
 
@@ -76,12 +76,14 @@ def chain_of(graph: RematGraph) -> Chain:
 
 
 class _ChainDP:
-    """Memoised recursion over (s, t, top, bytes); ``choice`` records each state's argmin.
+    """Memoised recursion over (segment, top, bytes); ``choice`` records each state's argmin.
 
-    Two exact shortcuts keep the state count down: a state whose budget covers the peak of
+    Three exact shortcuts keep the state count down: a state whose budget covers the peak of
     storing every value (``store_peak``) costs exactly one computation per node (the least
-    any schedule can pay), and a state whose budget is below ``need`` (some backward node's
-    own operands do not fit) is infeasible.
+    any schedule can pay); a state whose budget is below ``need`` (some backward node's own
+    operands do not fit) is infeasible; and states are keyed by the *content* of their
+    segment (``segment_id``: base size, every layer's costs and sizes, the gradient above),
+    so the repeated layers of a uniform or block-repetitive chain share one solution.
     """
 
     def __init__(self, chain: Chain):
@@ -93,6 +95,7 @@ class _ChainDP:
         self.bwd_prefix = _prefix(chain.bwd_cost)
         self.need, self.store_peak = _range_tables(chain)
         self.base = [0.0] + list(chain.fwd_mem[:n - 1])  # base[s]: size of a_{s-1}
+        self.segment_id = _segment_ids(chain, self.base)
 
     def store_cost(self, s: int, t: int, top: int) -> float:
         """Cost of stages b_t..b_s when every value is stored: each node once."""
@@ -105,7 +108,7 @@ class _ChainDP:
             return INF
         if budget >= self.store_peak[s][t]:
             return self.store_cost(s, t, top)
-        key = (s, t, top, budget)
+        key = (self.segment_id[s][t], top, budget)
         hit = self.memo.get(key)
         if hit is None:
             hit = self.memo[key] = self._split(s, t, top, budget, key)
@@ -119,8 +122,14 @@ class _ChainDP:
         # the top segment's sweep is the forward pass itself: no gradient exists yet
         above = c.grad_mem[t + 1] if t < c.n - 1 else 0.0
         extra = base + above + (mem[t] if top else 0.0)
+        # Every node of the segment runs once, and a_s..a_{j-1}, which the sweep does not
+        # store, run again below j: ``floor + sweep before j`` bounds choice j from below and
+        # grows with j, so the loop stops once it reaches the best total found.
+        floor = self.store_cost(s, t, top)
         best, run_cost, run_peak = INF, 0.0, 0.0
         for j in range(s, t):
+            if floor + run_cost >= best:
+                break
             run_peak = max(run_peak, extra + (mem[j - 1] if j > s else 0.0) + mem[j])
             run_cost += c.fwd_cost[j]
             if run_peak > budget:
@@ -132,7 +141,7 @@ class _ChainDP:
                 total = upper + self.best(s, j, keep, budget)
                 if total < best:
                     best = total
-                    self.choice[key] = (j, keep)
+                    self.choice[key] = (j - s, keep)
         return best
 
     # ----- schedule reconstruction -------------------------------------------------------
@@ -147,7 +156,8 @@ class _ChainDP:
         if budget >= self.store_peak[s][t]:
             ops += [(self.stage_of(t, i), i) for i in range(s, t + 1 - top)]
             return
-        j, keep = self.choice[(s, t, top, budget)]
+        offset, keep = self.choice[(self.segment_id[s][t], top, budget)]
+        j = s + offset
         ops += [(self.stage_of(t, i), i) for i in range(s, j + 1)]
         self.recomputed(j + 1, t, top, budget - self.base[s], ops)
         self.recomputed(s, j, keep, budget, ops)
@@ -179,6 +189,25 @@ def _prefix(values) -> list[float]:
     for v in values:
         out.append(out[-1] + v)
     return out
+
+
+def _segment_ids(chain: Chain, base: list[float]) -> list[list[int]]:
+    """``ids[s][t]``: equal for two segments exactly when their DP subproblems are identical
+    (same base size, same layer costs and sizes in order, same gradient above, both or neither
+    the top segment)."""
+    n = chain.n
+    layers = [(chain.fwd_cost[k], chain.fwd_mem[k], chain.grad_mem[k], chain.bwd_cost[k])
+              for k in range(n)]
+    interned: dict[tuple, int] = {}
+    ids = [[-1] * n for _ in range(n)]
+    for s in range(n):
+        prefix = interned.setdefault(("base", base[s]), len(interned))
+        for t in range(s, n):
+            prefix = interned.setdefault((prefix, layers[t]), len(interned))
+            top_segment = t == n - 1
+            ids[s][t] = interned.setdefault((prefix, chain.grad_mem[t + 1], top_segment),
+                                            len(interned))
+    return ids
 
 
 def _range_tables(chain: Chain) -> tuple[list[list[float]], list[list[float]]]:
