@@ -51,6 +51,9 @@ _REGISTRY: dict[str, str] = {
     "ap-sqrtn": "remat.solvers.ap_sqrtn",
     "ap-greedy": "remat.solvers.ap_greedy",
     "griewank": "remat.solvers.griewank",
+    "lp-rounding": "remat.solvers.lp_rounding",
+    "lp-randomized": "remat.solvers.lp_randomized",
+    "milp": "remat.solvers.milp",
     "chain-dp": "remat.solvers.chain_dp",
     "auto": "remat.solvers.auto",
 }

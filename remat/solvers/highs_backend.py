@@ -1,0 +1,141 @@
+"""The HiGHS backend: receives arrays, returns numbers. Knows nothing about schedules.
+
+Ctrl-C during a solve cancels HiGHS (through its interrupt callback) and returns the best
+solution found so far, flagged ``interrupted``; the caller reports it with status "timeout".
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass
+class BackendResult:
+    """What HiGHS found: ``x`` is the best solution vector (None if none), ``bound`` the
+    proven lower bound on the objective, in the model's units."""
+
+    status: str  # "optimal" | "infeasible" | "timeout" | "interrupted" | "error"
+    x: np.ndarray | None
+    objective: float
+    bound: float
+    seconds: float
+
+
+def _highspy():
+    try:
+        import highspy
+    except ImportError as exc:  # pragma: no cover - highspy is a core dependency
+        raise ImportError("the MILP and LP methods need highspy: pip install highspy") from exc
+    return highspy
+
+
+def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
+        threads: int | None = None, seed: int = 0, relax: bool = False,
+        start: np.ndarray | None = None, progress: Callable[[dict], None] | None = None,
+        verbose: bool = False) -> BackendResult:
+    """Solve the model in ``arrays`` (see ``MilpModel.arrays``); ``relax`` drops integrality."""
+    highspy = _highspy()
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", bool(verbose))
+    h.passModel(_lp(highspy, arrays, relax))
+    _set_options(h, time_limit, mip_rel_gap, threads, seed)
+    if start is not None and not relax:
+        solution = highspy.HighsSolution()
+        solution.col_value = list(map(float, start))
+        solution.value_valid = True
+        h.setSolution(solution)
+    if progress is not None and not relax:
+        _watch(h, progress)
+    began = time.perf_counter()
+    interrupted = _run_interruptible(h)
+    return _result(highspy, h, relax, interrupted, time.perf_counter() - began)
+
+
+def _lp(highspy, arrays: dict, relax: bool):
+    matrix = arrays["matrix"]
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = matrix.shape[1], matrix.shape[0]
+    lp.col_cost_ = arrays["cost"]
+    lp.col_lower_, lp.col_upper_ = arrays["col_lower"], arrays["col_upper"]
+    lp.row_lower_, lp.row_upper_ = arrays["row_lower"], arrays["row_upper"]
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = matrix.indptr
+    lp.a_matrix_.index_ = matrix.indices
+    lp.a_matrix_.value_ = matrix.data
+    if not relax:
+        kinds = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
+                 for i in arrays["integrality"]]
+        lp.integrality_ = kinds
+    return lp
+
+
+def _set_options(h, time_limit, mip_rel_gap, threads, seed) -> None:
+    if time_limit is not None:
+        h.setOptionValue("time_limit", max(float(time_limit), 0.01))
+    h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
+    h.setOptionValue("random_seed", int(seed))
+    h.setOptionValue("primal_feasibility_tolerance", 1e-9)
+    h.setOptionValue("mip_feasibility_tolerance", 1e-9)
+    if threads is not None:
+        h.setOptionValue("threads", int(threads))
+
+
+def _watch(h, progress: Callable[[dict], None]) -> None:
+    """Report incumbent, bound and gap whenever HiGHS improves either."""
+    last = {"incumbent": None, "bound": None}
+
+    def report(event) -> None:
+        out = event.data_out
+        incumbent, bound = float(out.mip_primal_bound), float(out.mip_dual_bound)
+        if (incumbent, bound) == (last["incumbent"], last["bound"]):
+            return
+        last.update(incumbent=incumbent, bound=bound)
+        progress({"incumbent": incumbent, "bound": bound, "gap": float(out.mip_gap),
+                  "time": float(out.running_time)})
+
+    h.cbMipImprovingSolution.subscribe(report)
+    h.cbMipLogging.subscribe(report)
+
+
+def _run_interruptible(h) -> bool:
+    """Run HiGHS in its worker thread; on Ctrl-C cancel it and wait. True if interrupted."""
+    h.HandleUserInterrupt = True
+    thread = h.startSolve()
+    interrupted = False
+    while True:
+        try:
+            done, _ = h.wait(0.1)
+            if done:
+                break
+        except KeyboardInterrupt:
+            interrupted = True
+            h.cancelSolve()
+    thread.join()
+    return interrupted
+
+
+def _result(highspy, h, relax: bool, interrupted: bool, seconds: float) -> BackendResult:
+    status = h.getModelStatus()
+    kinds = highspy.HighsModelStatus
+    info = h.getInfo()
+    solution = h.getSolution()
+    has_x = solution.value_valid and (relax or info.primal_solution_status == 2)
+    x = np.array(solution.col_value) if has_x else None
+    objective = float(info.objective_function_value) if has_x else float("inf")
+    bound = objective if relax else float(info.mip_dual_bound)
+    if status == kinds.kOptimal:
+        name = "optimal"
+    elif status == kinds.kInfeasible:
+        name = "infeasible"
+    elif interrupted or status in (kinds.kInterrupt, kinds.kHighsInterrupt):
+        name = "interrupted"
+    elif status in (kinds.kTimeLimit, kinds.kIterationLimit, kinds.kSolutionLimit):
+        name = "timeout"
+    else:
+        name = "error"
+    if relax and name != "optimal":
+        bound = float("-inf")
+    return BackendResult(name, x, objective, bound, seconds)

@@ -1,0 +1,31 @@
+"""``lp-randomized``: randomized rounding of the LP relaxation (Checkmate's second rounding).
+
+Each of ``options.rounding_samples`` samples keeps value i into stage t with probability
+``S_frac[t, i]`` (seeded by ``options.seed``); R comes from ``cheapest_r`` via ``tighten``, the
+simulator prices each sample, and the cheapest that fits wins. The LP optimum is reported as
+``lower_bound``; a schedule over budget is never returned.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from remat.graph.core import RematGraph
+from remat.schedule.solution import Solution
+from remat.solvers.base import SolveOptions
+from remat.solvers.lp_rounding import best_rounding, finish, relaxation
+
+
+def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
+    began = time.perf_counter()
+    relaxed = relaxation(graph, budget, options)
+    S_frac = relaxed[0]
+    if S_frac is None:
+        return finish(graph, budget, "lp-randomized", (None, graph.total_cost),
+                      (None, float("inf"), 0), began, lp_status=relaxed[1])
+    rng = np.random.default_rng(options.seed)
+    samples = max(1, int(options.rounding_samples))
+    candidates = (rng.random(S_frac.shape) < S_frac for _ in range(samples))
+    return finish(graph, budget, "lp-randomized", relaxed,
+                  best_rounding(graph, budget, candidates), began, samples=samples)

@@ -1,0 +1,141 @@
+"""``milp``: Checkmate's MILP (``milp_model``) solved with HiGHS, warm-started from the best
+baseline schedule that fits.
+
+Returns status "optimal" (proven), "feasible" (stopped at ``mip_rel_gap`` > 0), "timeout"
+(time limit or Ctrl-C, best schedule so far) or "infeasible" (with the exact smallest budget).
+``lower_bound`` is HiGHS's proven bound in cost units; ``Solution.gap`` follows from it. The
+schedule always goes through the simulator (``Solution.from_schedule``).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from remat.graph.core import RematGraph
+from remat.schedule.rs import cheapest_r
+from remat.schedule.simulate import simulate
+from remat.schedule.solution import Solution
+from remat.solvers import highs_backend
+from remat.solvers.base import SolveOptions, solver
+from remat.solvers.milp_model import TIGHT, Formulation, MilpModel
+from remat.solvers.min_budget import min_budget, peak_lower_bound
+
+BASELINES = ("checkpoint-all", "chen-greedy", "ap-greedy", "chen-sqrtn", "ap-sqrtn", "griewank")
+
+
+def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
+    return solve_with(graph, budget, options, TIGHT)
+
+
+def solve_with(graph: RematGraph, budget: float, options: SolveOptions,
+               formulation: Formulation, method: str = "milp") -> Solution:
+    """``milp`` with an explicit formulation (the benchmark compares them)."""
+    began = time.perf_counter()
+    if budget < peak_lower_bound(graph):  # no schedule fits: skip the (slow) proof by MILP
+        return _infeasible(graph, budget, method, began, options, reason="below peak_lower_bound")
+    warm = warm_start(graph, budget, options) if options.warm_start else None
+    model = MilpModel(graph, budget, formulation)
+    start = model.vector(warm.R, warm.S) if warm is not None else None
+    remaining = _remaining(options.time_limit, began)
+    result = highs_backend.run(model.arrays(), remaining, options.mip_rel_gap, options.threads,
+                               options.seed, start=start, progress=_progress(options, model),
+                               verbose=options.verbose)
+    return _solution(graph, budget, model, result, warm, method, began, options)
+
+
+def _remaining(time_limit: float | None, began: float) -> float | None:
+    if time_limit is None:
+        return None
+    return max(0.01, time_limit - (time.perf_counter() - began))
+
+
+def _progress(options: SolveOptions, model: MilpModel):
+    """Progress in cost units (the model's objective is scaled by ``cost_unit``)."""
+    if options.progress is None:
+        return None
+    unit = model.cost_unit
+
+    def report(event: dict) -> None:
+        options.progress({**event, "incumbent": event["incumbent"] * unit,
+                          "bound": event["bound"] * unit})
+
+    return report
+
+
+def applicable(graph: RematGraph, names) -> list[str]:
+    """``names`` less griewank on graphs that are not chains."""
+    chain = graph.is_chain and len(graph.forward_nodes) >= 2
+    return [n for n in names if n != "griewank" or chain]
+
+
+def best_baseline(graph: RematGraph, budget: float) -> Solution | None:
+    """The cheapest baseline schedule within ``budget`` (None if none fits)."""
+    best = None
+    for name in applicable(graph, BASELINES):
+        result = solver(name)(graph, budget, SolveOptions())
+        if result.feasible and (best is None or result.compute_cost < best.compute_cost):
+            best = result
+    return best
+
+
+def _solution(graph, budget, model, result, warm, method, began, options) -> Solution:
+    """Turn HiGHS's answer into a checked Solution."""
+    bound = result.bound * model.cost_unit if np.isfinite(result.bound) else graph.total_cost
+    bound = max(bound, graph.total_cost)
+    details = {"backend_status": result.status}
+    if result.status == "infeasible":
+        return _infeasible(graph, budget, method, began, options, **details)
+    candidate = _schedule(graph, model, result.x, budget)
+    status = _status(result.status, options.mip_rel_gap)
+    if candidate is None and warm is not None:
+        candidate, status = (warm.R, warm.S), "timeout" if status == "timeout" else "feasible"
+        details["from_warm_start"] = True
+    if candidate is None:
+        return Solution.infeasible(graph, method, budget, None,
+                                   solve_time=time.perf_counter() - began,
+                                   reason="stopped before any schedule was found", **details)
+    R, S = candidate
+    details["model_peak"] = model.peak_of(model.vector(R, S))
+    sol = Solution.from_schedule(graph, R, S, method, status, budget, lower_bound=bound,
+                                 solve_time=time.perf_counter() - began, **details)
+    if sol.status == "feasible" and sol.compute_cost <= sol.lower_bound * (1 + 1e-9):
+        sol = sol.with_(status="optimal")
+    return sol
+
+
+def warm_start(graph: RematGraph, budget: float, options: SolveOptions) -> Solution | None:
+    """The best baseline that fits; if none does, the LP-rounding schedule (if it fits)."""
+    warm = best_baseline(graph, budget)
+    if warm is None:
+        rounded = solver("lp-rounding")(graph, budget, options)
+        warm = rounded if rounded.feasible else None
+    return warm
+
+
+def _infeasible(graph, budget, method, began, options, **details) -> Solution:
+    """No schedule fits: report the smallest budget (``min_budget``, exact unless it runs out
+    of the time limit)."""
+    limit = _remaining(options.time_limit, began)
+    smallest = min_budget(graph, SolveOptions(time_limit=limit, threads=options.threads,
+                                              seed=options.seed))
+    details["min_budget_status"] = smallest.status
+    return Solution.infeasible(graph, method, budget, smallest.peak_memory,
+                               solve_time=time.perf_counter() - began, **details)
+
+
+def _schedule(graph, model, x, budget):
+    """The schedule of solution vector x with the least R for its S, if it fits ``budget``."""
+    if x is None:
+        return None
+    _, S = model.schedule(x)
+    R = cheapest_r(graph, S)
+    if simulate(graph, R, S).peak_memory > budget:
+        return None
+    return R, S
+
+
+def _status(backend_status: str, mip_rel_gap: float) -> str:
+    if backend_status == "optimal":
+        return "optimal" if mip_rel_gap <= 0 else "feasible"
+    return "timeout"

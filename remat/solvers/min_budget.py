@@ -1,0 +1,94 @@
+"""The smallest feasible budget of a graph, exact: the MILP of ``milp_model`` with the peak as
+its objective (``min_peak=True``), solved with HiGHS from the checkpoint-all schedule.
+
+Used for ``InfeasibleBudgetError.min_budget`` and for the low end of budget sweeps. The value
+returned is always the simulated peak of a schedule, so it is a budget that really fits; with
+status "optimal" no schedule of the graph has a smaller peak.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from remat.graph.core import RematGraph
+from remat.schedule.rs import cheapest_r, checkpoint_all
+from remat.schedule.simulate import simulate
+from remat.solvers import highs_backend
+from remat.solvers.base import SolveOptions, solver
+from remat.solvers.milp_model import TIGHT, MilpModel
+
+
+@dataclass(frozen=True)
+class MinBudget:
+    """``peak_memory``: the smallest peak found (bytes, static included), with its schedule;
+    ``lower_bound``: no schedule has a smaller peak; equal to it when ``status == "optimal"``."""
+
+    peak_memory: float
+    lower_bound: float
+    status: str
+    R: np.ndarray
+    S: np.ndarray
+    solve_time: float
+
+
+def peak_lower_bound(graph: RematGraph) -> float:
+    """No schedule peaks below this: computing node k needs its inputs alive and its output
+    allocated, so ``static_mem + m_k + sum of its inputs' m`` is a candidate of every schedule."""
+    need = [graph.mem[k] + sum(graph.mem[d] for d in graph.deps[k]) for k in range(graph.size)]
+    return graph.static_mem + float(max(need))
+
+
+def smallest_baseline(graph: RematGraph) -> tuple[float, np.ndarray, np.ndarray]:
+    """The least peak any baseline reaches, with its schedule (checkpoint-all at worst)."""
+    from remat.solvers.milp import BASELINES, applicable
+
+    R, S = checkpoint_all(graph)
+    best = (simulate(graph, R, S).peak_memory, R, S)
+    for name in applicable(graph, BASELINES):
+        low = solver(name)(graph, 1e-300, SolveOptions()).min_budget
+        if low is None or low >= best[0]:
+            continue
+        found = solver(name)(graph, low, SolveOptions())
+        if found.feasible:
+            best = (found.peak_memory, found.R, found.S)
+    return best
+
+
+def min_budget(graph: RematGraph, options: SolveOptions | None = None) -> MinBudget:
+    """The exact smallest budget of ``graph`` (within ``options.time_limit``, if any).
+
+    A baseline that reaches ``peak_lower_bound`` is optimal at once; otherwise the min-peak
+    MILP runs, warm-started from the best baseline.
+    """
+    options = options or SolveOptions()
+    began = time.perf_counter()
+    floor = peak_lower_bound(graph)
+    peak, R, S = smallest_baseline(graph)
+    if peak <= floor:
+        return MinBudget(peak, peak, "optimal", R, S, time.perf_counter() - began)
+    model = MilpModel(graph, None, TIGHT, min_peak=True)
+    result = highs_backend.run(model.arrays(), options.time_limit, 0.0, options.threads,
+                               options.seed, start=model.vector(R, S), verbose=options.verbose)
+    if result.x is not None:
+        _, S_found = model.schedule(result.x)
+        R_found = cheapest_r(graph, S_found)
+        found = simulate(graph, R_found, S_found).peak_memory
+        if found < peak:  # else HiGHS only matched the start (or is numerically off)
+            peak, R, S = found, R_found, S_found
+    bound = max(floor, _bound_bytes(model, result.bound, peak))
+    status = "optimal" if result.status == "optimal" or bound >= peak else "timeout"
+    return MinBudget(peak, min(bound, peak), status, R, S, time.perf_counter() - began)
+
+
+def _bound_bytes(model: MilpModel, bound_units: float, peak: float) -> float:
+    """HiGHS's bound on the peak in bytes; with whole-byte sizes every peak is a whole number
+    of bytes, so the bound rounds up to one (less HiGHS's tolerance)."""
+    if not np.isfinite(bound_units):
+        return model.graph.static_mem
+    room = bound_units * model.mem_unit
+    if model.integral_bytes():
+        room = math.ceil(room - 1e-6 * max(1.0, model.mem_unit))
+    return min(peak, model.graph.static_mem + room)

@@ -1,0 +1,194 @@
+"""milp and min_budget: exact against the simulator, against exhaustive search, against the
+baselines, and with the options of the issue (time limit, gap, warm start, progress)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import remat
+from remat.schedule.budget import checkpoint_all_peak
+from remat.schedule.rs import cheapest_r
+from remat.schedule.simulate import simulate
+from remat.solvers import highs_backend
+from remat.solvers.base import SolveOptions, solver
+from remat.solvers.milp import BASELINES, applicable, solve_with
+from remat.solvers.milp_model import PLAIN, TIGHT, Formulation, MilpModel
+from remat.solvers.min_budget import min_budget, peak_lower_bound
+
+import exhaustive
+
+# the shared table's graphs (tests/cases.py) small enough for a proof in seconds here
+GRAPHS = {
+    "chain4-unit": lambda: remat.graphs.linear(4, unit=True),
+    "chain8": lambda: remat.graphs.linear(8),
+    "unet2-unit": lambda: remat.graphs.unet(2, unit=True),
+    "unet3": lambda: remat.graphs.unet(3),
+    "dag10-s1": lambda: remat.graphs.random_dag(10, seed=1),
+}
+BUDGETS = ("20%", "40%", "70%", "100%")  # as in the shared table: tight to unconstrained
+TINY = {  # T <= 7
+    "chain3-unit": lambda: remat.graphs.linear(3, unit=True),
+    "chain3": lambda: remat.graphs.linear(3),
+    "unet1": lambda: remat.graphs.unet(1),
+    "dag3-s0-unit": lambda: remat.graphs.random_dag(3, seed=0, unit=True),
+    "dag3-s4": lambda: remat.graphs.random_dag(3, seed=4),
+}
+_MIN = {}
+
+
+def smallest(name: str, graph) -> float:
+    if name not in _MIN:
+        _MIN[name] = min_budget(graph).peak_memory
+    return _MIN[name]
+
+
+def level_budget(name: str, graph, level: float) -> float:
+    low, high = smallest(name, graph), checkpoint_all_peak(graph)
+    return low + level * (high - low)
+
+
+def check_fits(graph, sol, budget) -> None:
+    """The invariants every returned schedule meets."""
+    sim = simulate(graph, sol.R, sol.S)
+    assert sim.peak_memory <= budget
+    assert sim.peak_memory == pytest.approx(sol.peak_memory)
+    assert sim.compute_cost == pytest.approx(sol.compute_cost)
+    assert sol.lower_bound <= sol.compute_cost + 1e-9
+    assert sol.lower_bound >= graph.total_cost - 1e-9
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+@pytest.mark.parametrize("percent", BUDGETS)
+def test_milp_beats_every_baseline(name, percent):
+    graph = GRAPHS[name]()
+    budget = remat.parse_budget(percent, graph)
+    sol = solver("milp")(graph, budget, SolveOptions(time_limit=4))
+    if not sol.feasible:
+        assert budget < sol.min_budget
+        assert sol.details["min_budget_status"] != "optimal" or \
+            sol.min_budget >= peak_lower_bound(graph)
+        return
+    check_fits(graph, sol, budget)
+    assert sol.status in ("optimal", "timeout")
+    if sol.status == "optimal":
+        assert sol.compute_cost == pytest.approx(sol.lower_bound, rel=1e-6)
+    for name_b in applicable(graph, BASELINES):
+        other = solver(name_b)(graph, budget, SolveOptions())
+        if other.feasible:
+            assert sol.compute_cost <= other.compute_cost + 1e-9, name_b
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_milp_equals_exhaustive_search(name):
+    graph = TINY[name]()
+    assert graph.size <= 7
+    low = exhaustive.min_peak(graph)
+    assert min_budget(graph).peak_memory == pytest.approx(low)
+    peaks = sorted({low, checkpoint_all_peak(graph), (low + checkpoint_all_peak(graph)) / 2})
+    for budget in peaks:
+        sol = solver("milp")(graph, budget, SolveOptions())
+        assert sol.status == "optimal"
+        assert sol.compute_cost == pytest.approx(exhaustive.optimal_cost(graph, budget))
+        check_fits(graph, sol, budget)
+    below = solver("milp")(graph, low * (1 - 1e-6) - 1e-9, SolveOptions())
+    assert below.status == "infeasible" and below.min_budget == pytest.approx(low)
+
+
+@pytest.mark.parametrize("graph", [remat.graphs.linear(2, unit=True), remat.graphs.linear(2)])
+def test_dynamic_program_matches_full_enumeration(graph):
+    """The row-by-row search of tests/exhaustive.py against every S matrix (T = 5)."""
+    high = checkpoint_all_peak(graph)
+    for budget in (exhaustive.min_peak(graph), high, (exhaustive.min_peak(graph) + high) / 2):
+        assert exhaustive.optimal_cost(graph, budget) == exhaustive.full_enumeration(graph, budget)
+
+
+def _random_schedule(graph, rng):
+    S = np.tril(rng.random((graph.size, graph.size)) < 0.3, -1)
+    return cheapest_r(graph, S), S
+
+
+@pytest.mark.parametrize("name", ["chain4-unit", "unet3", "dag10-s1"])
+def test_model_memory_equals_simulator(name):
+    """On schedules meeting the two dominance rows, the model's U is the simulator's peak, the
+    vector satisfies every row, and a budget just below the peak cuts it off."""
+    graph = GRAPHS[name]()
+    rng = np.random.default_rng(0)
+    model = MilpModel(graph, None, TIGHT)
+    for _ in range(20):
+        R, S = remat.schedule.tighten(graph, _random_schedule(graph, rng)[1])
+        x = model.vector(R, S)
+        peak = simulate(graph, R, S).peak_memory
+        assert model.peak_of(x) == pytest.approx(peak, rel=1e-12)
+        assert model.violation(x) <= 1e-9
+        fits = MilpModel(graph, peak, TIGHT)
+        assert fits.violation(fits.vector(R, S)) <= 1e-9
+        tight = MilpModel(graph, peak - 1, TIGHT)
+        assert tight.violation(tight.vector(R, S)) > 1e-6
+
+
+@pytest.mark.parametrize("formulation", [PLAIN, TIGHT, Formulation(r_binary=False, free_binary=True)],
+                         ids=["plain", "tight", "r-continuous"])
+def test_raw_milp_solution_peak_is_simulator_peak(formulation):
+    """The MILP's own R, S (no post-processing) and its U agree with the simulator."""
+    graph = remat.graphs.unet(2)
+    budget = level_budget("unet2", graph, 0.3)
+    model = MilpModel(graph, budget, formulation)
+    result = highs_backend.run(model.arrays())
+    R, S = model.schedule(result.x)
+    if not formulation.r_binary:
+        R = cheapest_r(graph, S)
+    sim = simulate(graph, R, S)
+    assert sim.peak_memory <= budget
+    if formulation.r_binary:
+        assert model.peak_of(result.x) == pytest.approx(sim.peak_memory, rel=1e-9)
+        assert result.objective * model.cost_unit == pytest.approx(sim.compute_cost)
+
+
+@pytest.mark.parametrize("name,level", [("chain4-unit", 0.3), ("unet2-unit", 0.5),
+                                        ("dag6", 0.2), ("dag6", 0.6), ("chain8", 1.0)])
+def test_formulations_agree(name, level):
+    """Every speed-up of milp_model is exact: same optimum as the plain encoding."""
+    graph = remat.graphs.random_dag(6, seed=5) if name == "dag6" else GRAPHS[name]()
+    budget = level_budget(name, graph, level)
+    costs = []
+    for form in (PLAIN, TIGHT, Formulation(r_binary=False, free_binary=True, free_once=True, free_fixing=True)):
+        sol = solve_with(graph, budget, SolveOptions(warm_start=False), form)
+        assert sol.status == "optimal"
+        check_fits(graph, sol, budget)
+        costs.append(sol.compute_cost)
+    assert costs == pytest.approx([costs[0]] * len(costs))
+
+
+def test_min_budget_and_infeasible_error():
+    graph = remat.graphs.unet(2, unit=True)
+    found = min_budget(graph)
+    assert found.status == "optimal" and found.lower_bound == found.peak_memory
+    assert simulate(graph, found.R, found.S).peak_memory == found.peak_memory
+    assert found.peak_memory >= peak_lower_bound(graph)
+    with pytest.raises(remat.InfeasibleBudgetError) as err:
+        remat.solve(graph, found.peak_memory - 1, method="milp")
+    assert err.value.min_budget == found.peak_memory
+
+
+def test_time_limit_returns_best_schedule_with_bound():
+    graph = remat.graphs.linear(16, unit=True)
+    budget = 6.0
+    seen = []
+    sol = remat.solve(graph, budget, method="milp", time_limit=1.0, progress=seen.append)
+    check_fits(graph, sol, budget)
+    assert sol.status in ("timeout", "optimal")
+    assert sol.solve_time < 15
+    assert sol.gap is not None and 0 <= sol.gap < 1
+    assert all({"incumbent", "bound", "gap", "time"} <= set(e) for e in seen)
+
+
+def test_gap_option_and_no_warm_start():
+    graph = remat.graphs.unet(3)
+    budget = level_budget("unet3", graph, 0.3)
+    exact = remat.solve(graph, budget, method="milp")
+    loose = remat.solve(graph, budget, method="milp", mip_rel_gap=0.5, warm_start=False,
+                        threads=1, seed=3)
+    check_fits(graph, loose, budget)
+    assert loose.status in ("optimal", "feasible")
+    assert loose.compute_cost <= exact.compute_cost * 1.5 + 1e-9
+    assert loose.lower_bound <= exact.compute_cost + 1e-9
