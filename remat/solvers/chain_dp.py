@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from remat.errors import RematError
 from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r
 from remat.schedule.solution import Solution
@@ -263,5 +264,11 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
                                    solve_time=time.perf_counter() - start)
     R, S = schedule(graph, dp, free_mem)
     elapsed = time.perf_counter() - start
-    return Solution.from_schedule(graph, R, S, "chain-dp", "optimal", budget, lower_bound=cost,
-                                  solve_time=elapsed, states=len(dp.memo))
+    sol = Solution.from_schedule(graph, R, S, "chain-dp", "optimal", budget, lower_bound=cost,
+                                 solve_time=elapsed, states=len(dp.memo))
+    if sol.peak_memory > budget or not np.isclose(sol.compute_cost, cost, rtol=1e-9):
+        raise RematError(f"chain-dp: internal error, the DP's schedule simulates to cost "
+                         f"{sol.compute_cost} and peak {sol.peak_memory} (DP: cost {cost} within "
+                         f"{budget}); please report this graph")
+    # the DP sums costs in another order than the simulator: equal up to rounding
+    return sol.with_(lower_bound=sol.compute_cost)
