@@ -126,3 +126,34 @@ def test_chain_dp_schedules_fit_every_budget(n, unit):
 def test_chain_dp_rejects_other_graphs():
     with pytest.raises(UnsupportedGraphError, match="chains only"):
         remat.solve(remat.graphs.unet(2), "100%", method="chain-dp")
+
+
+# ----- cpsat: the milp model on CP-SAT ------------------------------------------------------
+CPSAT_CASES = [("chain8-unit", "60%"), ("chain8", "100%"), ("unet2-unit", "100%"),
+               ("dag12-s2-unit", "90%")]
+
+
+@pytest.mark.parametrize("name,budget", CPSAT_CASES)
+def test_cpsat_schedule_fits_and_bound_holds(name, budget):
+    pytest.importorskip("ortools")
+    graph = cases.graph(name)
+    budget_bytes = parse_budget(budget, graph)
+    sol = solver("cpsat")(graph, budget_bytes, SolveOptions(time_limit=20.0))
+    ref = solver("milp")(graph, budget_bytes, SolveOptions(time_limit=20.0))
+    assert sol.feasible and ref.feasible
+    sim = simulate(graph, sol.R, sol.S)
+    assert sim.peak_memory <= budget_bytes
+    assert sim.compute_cost == pytest.approx(sol.compute_cost)
+    assert sol.lower_bound <= sol.compute_cost + 1e-9
+    assert sol.lower_bound <= ref.compute_cost + 1e-6 and ref.lower_bound <= sol.compute_cost + 1e-6
+    if sol.status == "optimal" and ref.status == "optimal":
+        assert sol.compute_cost == pytest.approx(ref.compute_cost)
+
+
+def test_cpsat_refuses_fractional_sizes():
+    from remat.solvers.cpsat import CpSatModelError, memory_unit
+
+    graph = remat.RematGraph(["a", "b"], [1, 1], [1.5, 2], [[], [0]], [False, True])
+    with pytest.raises(CpSatModelError, match="whole-byte"):
+        memory_unit(graph)
+    assert memory_unit(remat.graphs.linear(4)) >= 1

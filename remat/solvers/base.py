@@ -55,6 +55,7 @@ _REGISTRY: dict[str, str] = {
     "lp-randomized": "remat.solvers.lp_randomized",
     "milp": "remat.solvers.milp",
     "chain-dp": "remat.solvers.chain_dp",
+    "cpsat": "remat.solvers.cpsat",
     "auto": "remat.solvers.auto",
 }
 
