@@ -88,15 +88,48 @@ def load_graph(spec: str):
     return _captured_graph(spec), spec
 
 
-def _captured_graph(spec: str):
+def _captured_graph(spec: str, tiny: bool = False, batch_size: int | None = None,
+                    cost_model: str = "profile", granularity: str = "module"):
     try:
         from remat.capture import capture
         from remat.zoo import resolve
     except ImportError as exc:
         raise SystemExit(f"remat: cannot capture {spec!r}: model capture is not available "
                          f"({exc}); give a graph JSON file or a synthetic spec like linear:32")
-    model, inputs, loss_fn = resolve(spec)
-    return capture(model, inputs, loss_fn).graph
+    model, inputs, loss_fn = resolve(spec, tiny=tiny, batch_size=batch_size)
+    return capture(model, inputs, loss_fn, cost_model=cost_model, granularity=granularity).graph
+
+
+def add_capture(sub) -> None:
+    p = sub.add_parser("capture", help="capture a model's training step as a graph JSON",
+                       description="Trace one training step (forward, loss, backward) of a "
+                                   "model and write its remat graph with measured costs.")
+    p.add_argument("model", help="a zoo name (see --list) or package.module:factory, where "
+                                 "factory(batch_size=None) returns (model, example_inputs, "
+                                 "loss_fn)")
+    p.add_argument("-o", "--output", default="graph.json", help="graph JSON to write")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--tiny", action="store_true", help="the small variant of a zoo model")
+    p.add_argument("--cost-model", default="profile", choices=["profile", "flops", "unit"])
+    p.add_argument("--granularity", default="module", choices=["module", "op"])
+    p.set_defaults(run=run_capture)
+
+
+def run_capture(args) -> int:
+    import time
+
+    from remat.schedule.budget import checkpoint_all_peak
+    from remat.solvers.api import format_bytes
+
+    start = time.perf_counter()
+    print(f"capturing {args.model} ...", file=sys.stderr, flush=True)
+    graph = _captured_graph(args.model, args.tiny, args.batch_size, args.cost_model,
+                            args.granularity)
+    graph.to_json(args.output)
+    print(f"wrote {args.output}: {graph.size} nodes, static {format_bytes(graph.static_mem)}, "
+          f"checkpoint-all peak {format_bytes(checkpoint_all_peak(graph))} "
+          f"({time.perf_counter() - start:.1f}s)")
+    return 0
 
 
 def add_sweep(sub) -> None:
@@ -161,7 +194,7 @@ def run_demo(args) -> int:
 
 REGISTRARS = [
     add_demo,
-    lambda sub: add_pending(sub, "capture", "capture a model's training step as a graph", 4),
+    add_capture,
     add_solve,
     add_sweep,
     lambda sub: add_pending(sub, "maxbatch", "largest batch that fits a memory cap", 5),

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.run(args) or 0)
-    except RematError as exc:
+    except (RematError, ValueError) as exc:  # bad input: say what, no traceback
         print(f"remat: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

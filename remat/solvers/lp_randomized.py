@@ -23,7 +23,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     S_frac = relaxed[0]
     if S_frac is None:
         return finish(graph, budget, "lp-randomized", (None, graph.total_cost),
-                      (None, float("inf"), 0), began, lp_status=relaxed[1])
+                      (None, float("inf"), 0), began, options.time_limit,
+                      lp_status=relaxed[1])
     rng = np.random.default_rng(options.seed)
     samples = max(1, int(options.rounding_samples))
     candidates = (rng.random(S_frac.shape) < S_frac for _ in range(samples))

@@ -51,15 +51,20 @@ def best_rounding(graph: RematGraph, budget: float, candidates: Iterable[np.ndar
     return best, least_peak, len(seen)
 
 
-def finish(graph, budget, method, relaxed, rounded, began, **details) -> Solution:
-    """The Solution of a rounding method: best fitting candidate, LP bound."""
+def finish(graph, budget, method, relaxed, rounded, began, time_limit=None,
+           **details) -> Solution:
+    """The Solution of a rounding method: best fitting candidate, LP bound. When even the LP
+    is infeasible, ``min_budget`` comes from the min-peak MILP (``time_limit``, default 10 s:
+    then it is the best budget found, not always the least)."""
     S_frac, bound = relaxed
     best, least_peak, tried = rounded
     elapsed = time.perf_counter() - began
     if best is None:
         from remat.solvers.min_budget import min_budget
 
-        smallest = least_peak if S_frac is not None else min_budget(graph).peak_memory
+        limit = 10.0 if time_limit is None else time_limit
+        smallest = least_peak if S_frac is not None else \
+            min_budget(graph, SolveOptions(time_limit=limit)).peak_memory
         return Solution.infeasible(graph, method, budget, smallest, solve_time=elapsed,
                                    candidates=tried, **details)
     return Solution.from_schedule(graph, best[1], best[2], method, "feasible", budget,
@@ -79,7 +84,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     S_frac = relaxed[0]
     if S_frac is None:
         return finish(graph, budget, "lp-rounding", (None, graph.total_cost),
-                      (None, float("inf"), 0), began, lp_status=relaxed[1])
+                      (None, float("inf"), 0), began, options.time_limit,
+                      lp_status=relaxed[1])
     candidates = (S_frac >= thr - 1e-9 for thr in thresholds(S_frac))
     return finish(graph, budget, "lp-rounding", relaxed,
                   best_rounding(graph, budget, candidates), began)
