@@ -157,3 +157,10 @@ def test_cpsat_refuses_fractional_sizes():
     with pytest.raises(CpSatModelError, match="whole-byte"):
         memory_unit(graph)
     assert memory_unit(remat.graphs.linear(4)) >= 1
+
+
+def test_chain_dp_applies_only_to_chains():
+    from remat.solvers.chain_dp import applies
+
+    assert applies(remat.graphs.linear(5)) and applies(remat.graphs.linear(1, unit=True))
+    assert not applies(remat.graphs.unet(2)) and not applies(remat.graphs.random_dag(6, seed=1))

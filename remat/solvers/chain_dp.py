@@ -53,6 +53,15 @@ class Chain:
     loss_cost: float
 
 
+def applies(graph: RematGraph) -> bool:
+    """True when ``chain-dp`` can solve ``graph`` (``auto`` and method lists can ask first)."""
+    try:
+        chain_of(graph)
+    except UnsupportedGraphError:
+        return False
+    return True
+
+
 def chain_of(graph: RematGraph) -> Chain:
     """The chain view of ``graph``; raises UnsupportedGraphError if it is not a linear chain
     training step (f_0..f_{n-1}, loss, b_{n-1}..b_0 with b_k reading g_{k+1}, a_{k-1}, a_k)."""
