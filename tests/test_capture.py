@@ -341,3 +341,23 @@ def test_remat_capture_is_callable_after_import():
 
     assert callable(package) and remat.capture is package
     assert remat.capture.Capture is Capture
+
+
+class MixedInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, scale: int, batch: dict):
+        return (self.fc(x) * scale).sum() + self.fc(batch["a"]).square().mean()
+
+
+def test_int_and_dict_inputs():
+    model = MixedInputs()
+    inputs = (torch.randn(2, 4), 3, {"b": torch.randn(1), "a": torch.randn(3, 4)})
+    cap = capture(model, inputs, cost_model="unit")
+    loss, grads, _ = _captured(cap, model, inputs)
+    loss_e, grads_e, _ = _eager(model, inputs, None)
+    assert torch.allclose(loss, loss_e) and all(torch.allclose(grads[k], grads_e[k]) for k in grads)
+    with pytest.raises(UnsupportedModelError, match="baked into the graph"):
+        cap.run(inputs[0], 4, inputs[2])

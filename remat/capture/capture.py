@@ -89,6 +89,10 @@ def check_inputs(cap: Capture, inputs) -> None:
         raise UnsupportedModelError(f"the step was captured for {len(expected)} input tensors, "
                                     f"got {len(got)}; capture again for other inputs")
     for i, (a, b) in enumerate(zip(got, expected)):
+        if not isinstance(b, torch.Tensor) and not isinstance(a, torch.Tensor) and a != b:
+            raise UnsupportedModelError(f"input {i} is {a!r}, but the step was captured for "
+                                        f"{b!r} (non-tensor inputs are baked into the graph); "
+                                        "capture again for this value")
         if isinstance(b, torch.Tensor) and (not isinstance(a, torch.Tensor) or a.shape != b.shape
                                             or a.dtype != b.dtype or a.device != b.device):
             desc = f"{tuple(a.shape)} {a.dtype} {a.device}" if isinstance(a, torch.Tensor) else type(a).__name__
