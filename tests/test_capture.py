@@ -361,3 +361,14 @@ def test_int_and_dict_inputs():
     assert torch.allclose(loss, loss_e) and all(torch.allclose(grads[k], grads_e[k]) for k in grads)
     with pytest.raises(UnsupportedModelError, match="baked into the graph"):
         cap.run(inputs[0], 4, inputs[2])
+
+
+def test_captured_graph_feeds_the_solvers():
+    model, inputs, loss_fn = remat.zoo.load("vgg16", tiny=True)
+    cap = capture(model, inputs, loss_fn, cost_model="flops")
+    graph = cap.graph
+    full = remat.solve(graph, "100%", method="checkpoint-all")
+    assert full.peak_memory == checkpoint_all_peak(graph)
+    budget = remat.parse_budget("80%", graph)
+    sol = remat.solve(graph, budget, method="chen-greedy")
+    assert sol.status in ("optimal", "feasible") and sol.peak_memory <= budget
