@@ -20,8 +20,14 @@ from remat.graph.core import RematGraph
 class Capture:
     """A captured training step: the remat graph and everything the runtime needs to run it.
 
-    See /work/helpers/CAPTURE_INTERFACE.md (the contract with the runtime) for the fields.
-    ``storages`` maps each joint value to its storage and bytes (views share their base's).
+    ``joint``: the functional aten forward+backward graph of one step, flat positional
+    placeholders (described by ``placeholders``) and a flat tuple of outputs (``outputs``),
+    laid out node after node: ``node_groups[i]`` are the fx names of remat node i, and
+    concatenated they are the joint's ops in order. ``value_nodes[i]``: the fx nodes of group
+    i read by other groups or returned; ``graph.mem[i]`` is the bytes of their distinct
+    non-static storages. ``random_nodes``: nodes holding a random op (dropout), each starting
+    with it. ``storages`` maps each joint value to its storage and bytes (views share their
+    base's). The field names are a contract with the runtime; add, never rename.
     """
 
     graph: RematGraph
@@ -89,6 +95,10 @@ def check_inputs(cap: Capture, inputs) -> None:
         raise UnsupportedModelError(f"the step was captured for {len(expected)} input tensors, "
                                     f"got {len(got)}; capture again for other inputs")
     for i, (a, b) in enumerate(zip(got, expected)):
+        if not isinstance(b, torch.Tensor) and not isinstance(a, torch.Tensor) and a != b:
+            raise UnsupportedModelError(f"input {i} is {a!r}, but the step was captured for "
+                                        f"{b!r} (non-tensor inputs are baked into the graph); "
+                                        "capture again for this value")
         if isinstance(b, torch.Tensor) and (not isinstance(a, torch.Tensor) or a.shape != b.shape
                                             or a.dtype != b.dtype or a.device != b.device):
             desc = f"{tuple(a.shape)} {a.dtype} {a.device}" if isinstance(a, torch.Tensor) else type(a).__name__
