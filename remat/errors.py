@@ -27,3 +27,7 @@ class InfeasibleBudgetError(RematError):
 
 class UnsupportedModelError(RematError):
     """A model cannot be captured: data-dependent control flow or an op remat cannot handle."""
+
+
+class UnsupportedGraphError(RematError, ValueError):
+    """A method does not apply to this graph's shape (e.g. ``griewank`` on a non-chain)."""

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import remat
 from remat.schedule import checkpoint_all, checkpoint_all_peak, parse_budget, simulate
 from remat.solvers import SolveOptions, solver
+from remat.solvers.base import method_applies
 from remat.solvers.griewank import _split_table, adjoint_order, chain_schedule, forward_steps
 
 import cases
@@ -20,9 +21,10 @@ BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-greedy", "ap-sqrtn", "ap-gree
 
 def run(method, graph, budget):
     """Solver-level result (infeasible is a normal status there), or None if not applicable."""
-    if method == "griewank" and not graph.is_chain:
+    if not method_applies(method, graph):
         return None
-    return solver(method)(graph, parse_budget(budget, graph), SolveOptions())
+    # auto may call milp: a short limit keeps the table fast; schedules stay valid either way
+    return solver(method)(graph, parse_budget(budget, graph), SolveOptions(time_limit=2))
 
 
 def check_invariants(graph, sol, budget_bytes):
@@ -99,7 +101,7 @@ graphs = st.one_of(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(graph=graphs, fraction=st.floats(0.05, 1.2), method=st.sampled_from(BASELINES))
+@given(graph=graphs, fraction=st.floats(0.05, 1.2), method=st.sampled_from(BASELINES[:-1]))
 def test_property_every_schedule_is_valid_and_within_budget(graph, fraction, method):
     budget = f"{fraction * 100:.3f}%"
     sol = run(method, graph, budget)
@@ -164,8 +166,9 @@ def test_core_imports_without_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
             "import remat, remat.graph, remat.schedule, remat.solvers\n"
             "g = remat.graphs.random_dag(10, seed=1)\n"
+            "from remat.solvers.base import method_applies\n"
             "for m in remat.METHODS:\n"
-            "    if m != 'griewank': remat.solve(g, '100%', method=m)\n"
+            "    if method_applies(m, g): remat.solve(g, '100%', method=m, time_limit=5)\n"
             "assert 'torch' not in [k for k, v in sys.modules.items() if v is not None]\n"
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

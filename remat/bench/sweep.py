@@ -13,6 +13,7 @@ import numpy as np
 from remat.graph.core import RematGraph
 from remat.schedule.budget import checkpoint_all_peak, parse_budget
 from remat.solvers import SolveOptions, solver
+from remat.solvers.base import method_applies
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def run_sweep(graph: RematGraph, methods: list[str], fractions: list[float],
     total = graph.total_cost
     for method in methods:
         fn = solver(method)
-        if method == "griewank" and not graph.is_chain:
+        if not method_applies(method, graph):
             continue
         for fraction in fractions:
             budget = parse_budget(f"{fraction * 100}%", graph)

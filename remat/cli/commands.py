@@ -25,6 +25,7 @@ def run_solve(args) -> int:
     from remat.graph.core import RematGraph
     from remat.schedule.budget import parse_budget
     from remat.solvers import METHODS, SolveOptions, solver
+    from remat.solvers.base import method_applies
 
     graph = RematGraph.from_json(args.graph)
     budget = parse_budget(args.budget, graph)
@@ -33,7 +34,7 @@ def run_solve(args) -> int:
     results = []
     for method in methods:
         fn = solver(method)  # unknown names fail here, listing the valid ones
-        if method == "griewank" and not graph.is_chain:
+        if args.method == "all" and not method_applies(method, graph):
             continue
         if len(methods) > 1:
             print(f"solving with {method} ...", file=sys.stderr, flush=True)
@@ -175,8 +176,9 @@ def add_demo(sub) -> None:
 
 def run_demo(args) -> int:
     from remat import graphs
-    from remat.solvers import METHODS, SolveOptions, solver
     from remat.schedule.budget import parse_budget
+    from remat.solvers import METHODS, SolveOptions, solver
+    from remat.solvers.base import method_applies
 
     for title, graph in (("32-layer chain", graphs.linear(32)), ("U-Net depth 4", graphs.unet(4)),
                          ("random DAG, 60 nodes", graphs.random_dag(60, seed=7))):
@@ -185,7 +187,7 @@ def run_demo(args) -> int:
             print(f"\n{title} ({graph.size} nodes), budget {pct}:")
             rows = []
             for method in METHODS:
-                if method == "griewank" and not graph.is_chain:
+                if not method_applies(method, graph):
                     continue
                 rows.append(solution_row(solver(method)(graph, budget, SolveOptions(time_limit=30))))
             print(render(rows))

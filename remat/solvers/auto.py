@@ -4,7 +4,7 @@ Runs the methods that suit the graph in order of cost and returns the cheapest s
 fits, with the best lower bound any of them proved: the heuristics always; then ``milp``
 (warm-started from the best of them) on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP
 relaxation with rounding (``lp-rounding``, whose LP optimum is a proven bound) up to
-``LP_MAX_NODES``. Without a ``time_limit`` those exact steps get ``DEFAULT_TIME_LIMIT`` seconds.
+``LP_MAX_NODES``. Chains go to ``chain-dp``, exact and fast, instead. Without a ``time_limit`` those exact steps get ``DEFAULT_TIME_LIMIT`` seconds.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
-from remat.solvers.base import SolveOptions, solver
+from remat.solvers.base import SolveOptions, method_applies, solver
 
 HEURISTICS = ("checkpoint-all", "chen-greedy", "ap-greedy", "chen-sqrtn", "ap-sqrtn")
 MILP_MAX_NODES = 80
@@ -26,8 +26,8 @@ DEFAULT_TIME_LIMIT = 30.0
 def candidate_methods(graph: RematGraph) -> list[str]:
     """The methods ``auto`` tries on this graph, cheapest first."""
     methods = list(HEURISTICS)
-    if graph.is_chain and len(graph.forward_nodes) >= 2:
-        methods.append("griewank")
+    if method_applies("chain-dp", graph):
+        return methods + ["chain-dp"]  # exact for chains, in well under a second
     if graph.size <= MILP_MAX_NODES:
         methods.append("milp")
     elif graph.size <= LP_MAX_NODES:

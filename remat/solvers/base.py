@@ -69,6 +69,13 @@ def method_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
+def method_applies(name: str, graph: RematGraph) -> bool:
+    """Whether method ``name`` handles this graph's shape (a module may define ``applies``)."""
+    module = importlib.import_module(_REGISTRY[name]) if name in _REGISTRY else None
+    check = getattr(module, "applies", None)
+    return True if check is None else bool(check(graph))
+
+
 def solver(name: str) -> SolverFn:
     """The solve function of ``name``; an unknown name raises ValueError listing valid ones."""
     if name not in _REGISTRY:

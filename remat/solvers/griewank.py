@@ -17,17 +17,13 @@ from math import comb
 
 import numpy as np
 
-from remat.errors import RematError
+from remat.errors import UnsupportedGraphError
 from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r, tighten
 from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
 from remat.solvers._checkpoints import deadline_of
 from remat.solvers.base import SolveOptions
-
-
-class UnsupportedGraphError(RematError, ValueError):
-    """The method does not apply to this graph's shape."""
 
 
 def forward_steps(length: int, slots: int) -> int:
@@ -124,6 +120,11 @@ def _backward_of_layers(graph: RematGraph, n: int) -> list[int]:
                                         "the graph is not a training step of a chain")
         out.append(min(readers))
     return out
+
+
+def applies(graph: RematGraph) -> bool:
+    """Chains only (each forward node reads just the one before it)."""
+    return graph.is_chain and len(graph.forward_nodes) >= 2
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
