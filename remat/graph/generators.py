@@ -19,13 +19,17 @@ MiB = 1 << 20
 def training_graph(forward_deps: Sequence[Sequence[int]], cost: Sequence[float],
                    mem: Sequence[float], names: Sequence[str] | None = None,
                    input_mem: float = 0.0, loss_cost: float = 1.0, loss_mem: float = 1.0,
-                   static_mem: float = 0.0, backward_ratio: float = 2.0) -> RematGraph:
+                   static_mem: float = 0.0, backward_ratio: float = 2.0,
+                   grad_mem: float | None = None,
+                   activation: Sequence[float] | None = None) -> RematGraph:
     """Mirror a forward DAG into a whole training step (forward, loss, backward).
 
     ``forward_deps[k]`` lists the forward nodes node k reads (all earlier). The loss reads every
     forward node that nothing else reads. Backward node b_k reads the gradients of k's users,
     k's inputs and k's output; it costs ``backward_ratio`` times k and its output (the gradient
-    of k's input) is the size of k's input, or ``input_mem`` for nodes that read only the input.
+    of k's input) is the size of k's input, or ``input_mem`` for nodes that read only the input
+    (``grad_mem``, if given, sets every backward size instead). ``activation[k]`` is the size of
+    k's output tensor when ``mem[k]`` also counts what k saves for its backward (default: mem).
     """
     n = len(forward_deps)
     names = list(names) if names is not None else [f"f{k}" for k in range(n)]
@@ -46,7 +50,9 @@ def training_graph(forward_deps: Sequence[Sequence[int]], cost: Sequence[float],
         all_deps.append(sorted(set(grads + list(forward_deps[k]) + [k])))
         all_cost.append(backward_ratio * cost[k])
         inputs = forward_deps[k]
-        all_mem.append(sum(mem[d] for d in inputs) if inputs else input_mem)
+        act = mem if activation is None else activation
+        size = sum(act[d] for d in inputs) if inputs else input_mem
+        all_mem.append(size if grad_mem is None else grad_mem)
     all_names = names + ["loss"] + [f"grad_{names[k]}" for k in reversed(range(n))]
     backward = [False] * (n + 1) + [True] * n
     return RematGraph(all_names, all_cost, all_mem, all_deps, backward, static_mem=static_mem)
@@ -57,12 +63,13 @@ def linear(n: int, unit: bool = False) -> RematGraph:
     _check_size("linear", n, 1)
     deps = [[k - 1] if k else [] for k in range(n)]
     if unit:
-        return training_graph(deps, [1] * n, [1] * n, input_mem=1, backward_ratio=1)
+        return training_graph(deps, [1] * n, [1] * n, input_mem=1, backward_ratio=1, grad_mem=1)
     rng = np.random.default_rng(n)
     cost = rng.uniform(0.5, 2.0, n).round(3)
-    mem = [float(_shrinking_size(k, n, rng)) for k in range(n)]
-    return training_graph(deps, list(cost), mem, input_mem=mem[0], loss_mem=4,
-                          static_mem=8 * MiB)
+    act = [float(_shrinking_size(k, n, rng)) for k in range(n)]
+    saved = [a * int(rng.integers(1, 4)) for a in act]  # a layer saves 1-3 tensors of its size
+    return training_graph(deps, list(cost), saved, input_mem=act[0], loss_mem=4,
+                          static_mem=8 * MiB, activation=act)
 
 
 def unet(depth: int, unit: bool = False) -> RematGraph:
@@ -76,7 +83,7 @@ def unet(depth: int, unit: bool = False) -> RematGraph:
         deps.append([len(deps) - 1, level])
     n = len(deps)
     if unit:
-        return training_graph(deps, [1] * n, [1] * n, names, input_mem=1, backward_ratio=1)
+        return training_graph(deps, [1] * n, [1] * n, names, input_mem=1, backward_ratio=1, grad_mem=1)
     level_of = list(range(depth)) + [depth] + list(reversed(range(depth)))
     mem = [float(4 * MiB >> lv) for lv in level_of]  # channels x2, pixels /4 per level
     cost = [1.0 + 0.25 * lv for lv in level_of]
@@ -96,7 +103,7 @@ def random_dag(n: int, seed: int = 0, unit: bool = False) -> RematGraph:
                 ds.add(int(rng.integers(max(0, k - 6), k - 1)))
         deps.append(sorted(ds))
     if unit:
-        return training_graph(deps, [1] * n, [1] * n, input_mem=1, backward_ratio=1)
+        return training_graph(deps, [1] * n, [1] * n, input_mem=1, backward_ratio=1, grad_mem=1)
     cost = rng.lognormal(0.0, 0.6, n).round(3)
     mem = (rng.integers(1, 9, n) * MiB // 2).astype(float)
     return training_graph(deps, list(cost), list(mem), input_mem=float(mem[0]), loss_mem=4,

@@ -51,11 +51,11 @@ def parse_budget(budget, graph: RematGraph | None = None) -> float:
 
 
 def _percentage(value: float, text: str, graph: RematGraph | None) -> float:
+    if value <= 0:
+        raise BudgetError(f"budget {text!r} must be above 0%")
     if graph is None:
         raise BudgetError(f"budget {text!r} is a percentage of the checkpoint-all peak, so it "
                           "needs the graph; give a byte count instead")
-    if value <= 0:
-        raise BudgetError(f"budget {text!r} must be above 0%")
     static = graph.static_mem
     return static + value / 100.0 * (checkpoint_all_peak(graph) - static)
 

@@ -107,7 +107,9 @@ def simulate(graph: RematGraph, R, S) -> Simulation:
     for t in range(graph.size):
         keep = S[t + 1] if t + 1 < graph.size else np.zeros(graph.size, dtype=bool)
         state.run_stage(t, np.flatnonzero(R[t]), np.flatnonzero(S[t]), keep)
-    return Simulation(state.peak, state.cost, tuple(state.events), state.peak_stage, state.peak_node)
+    # priced as counts x cost so that checkpoint-all costs exactly graph.total_cost
+    cost = float((R.sum(axis=0) * graph.cost).sum())
+    return Simulation(state.peak, cost, tuple(state.events), state.peak_stage, state.peak_node)
 
 
 class _Replay:
@@ -120,7 +122,6 @@ class _Replay:
         self.used = float(graph.static_mem)
         self.peak = float(graph.static_mem)
         self.peak_stage = self.peak_node = -1
-        self.cost = 0.0
         self.events: list[Event] = []
 
     def run_stage(self, t: int, computed: np.ndarray, resident: np.ndarray, keep: np.ndarray) -> None:
@@ -164,7 +165,6 @@ class _Replay:
         # a recomputed copy replaces a still-resident one
         self.used = candidate - (self.mem[k] if self.alive[k] else 0.0)
         self.alive[k] = True
-        self.cost += float(self.graph.cost[k])
 
     def _free(self, t: int, v: int) -> None:
         self.alive[v] = False

@@ -1,0 +1,28 @@
+# make demo: set up and run the main job.   make test: set up and pass the tests.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.remat-installed
+
+.PHONY: setup demo test test-core bench clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch is pinned in pyproject (torch==2.14.1, torchvision==0.29.1): pip never fetches another build
+	$(PY) -m pip install -q -e ".[torch,cp,bench,test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(VENV)/bin/remat demo
+
+# the torch-free core first, with torch made unimportable, then everything
+test-core: setup
+	REMAT_NO_TORCH=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_graph.py tests/test_schedule.py tests/test_baselines.py
+
+test: test-core
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

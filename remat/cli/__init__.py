@@ -1,0 +1,1 @@
+"""The ``remat`` command line (see ``remat --help``)."""

@@ -1,0 +1,201 @@
+"""The verbs of ``remat``. Each ``add_*`` registers one subcommand and its ``run`` function."""
+from __future__ import annotations
+
+import sys
+import time
+
+from remat.cli.table import render, solution_row
+
+
+def add_solve(sub) -> None:
+    p = sub.add_parser("solve", help="solve a graph file for a budget",
+                       description="Find the schedule that minimises compute within a budget.")
+    p.add_argument("graph", help="a remat-graph/1 JSON file (see `remat capture`)")
+    p.add_argument("--budget", default="60%",
+                   help="bytes, a size like 1.5GiB / 800MB, or a percentage like 60%% of the "
+                        "checkpoint-all peak above static memory (default: 60%%)")
+    p.add_argument("--method", default="auto", help="a method name or `all` (see --list)")
+    p.add_argument("--time-limit", type=float, default=None, help="seconds per method")
+    p.add_argument("-o", "--output", help="write the solution JSON here (single method)")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.set_defaults(run=run_solve)
+
+
+def run_solve(args) -> int:
+    from remat.graph.core import RematGraph
+    from remat.schedule.budget import parse_budget
+    from remat.solvers import METHODS, SolveOptions, solver
+
+    graph = RematGraph.from_json(args.graph)
+    budget = parse_budget(args.budget, graph)
+    methods = [m for m in METHODS if m != "auto"] if args.method == "all" else [args.method]
+    options = SolveOptions(time_limit=args.time_limit)
+    results = []
+    for method in methods:
+        fn = solver(method)  # unknown names fail here, listing the valid ones
+        if method == "griewank" and not graph.is_chain:
+            continue
+        if len(methods) > 1:
+            print(f"solving with {method} ...", file=sys.stderr, flush=True)
+        results.append(fn(graph, budget, options))
+    if args.output and len(results) == 1:
+        results[0].to_json(args.output)
+    if args.json:
+        import json
+        docs = [json.loads(r.to_json()) for r in results]
+        for doc in docs:
+            doc.pop("R"), doc.pop("S"), doc.pop("plan")
+        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
+    else:
+        print(render([solution_row(r) for r in results]))
+    return 0 if any(r.feasible for r in results) else 3
+
+
+def add_pending(sub, name: str, help_text: str, issue: int) -> None:
+    p = sub.add_parser(name, help=f"{help_text} (not available yet)",
+                       description=f"{help_text}. Not available yet: it arrives with issue {issue}.")
+    p.add_argument("rest", nargs="*", help=argparse_suppress())
+    p.set_defaults(run=lambda args: _pending(name, issue))
+
+
+def _pending(name: str, issue: int) -> int:
+    print(f"remat {name}: not available yet in this version (tracked in issue {issue}).",
+          file=sys.stderr)
+    return 2
+
+
+def argparse_suppress():
+    import argparse
+    return argparse.SUPPRESS
+
+
+SYNTHETIC = {"linear": "linear", "unet": "unet", "random_dag": "random_dag", "random": "random_dag"}
+
+
+def load_graph(spec: str):
+    """A graph from a JSON file, a synthetic spec (``linear:32``, ``unet:4``, ``random:100``),
+    or a model (zoo name or ``package.module:factory``), captured."""
+    import os
+
+    from remat import graphs
+    from remat.graph.core import RematGraph
+
+    if spec.endswith(".json") or os.path.isfile(spec):
+        return RematGraph.from_json(spec), spec
+    kind, _, size = spec.partition(":")
+    if kind in SYNTHETIC and size.isdigit():
+        return getattr(graphs, SYNTHETIC[kind])(int(size)), spec
+    return _captured_graph(spec), spec
+
+
+def _captured_graph(spec: str, tiny: bool = False, batch_size: int | None = None,
+                    cost_model: str = "profile", granularity: str = "module"):
+    try:
+        from remat.capture import capture
+        from remat.zoo import resolve
+    except ImportError as exc:
+        raise SystemExit(f"remat: cannot capture {spec!r}: model capture is not available "
+                         f"({exc}); give a graph JSON file or a synthetic spec like linear:32")
+    model, inputs, loss_fn = resolve(spec, tiny=tiny, batch_size=batch_size)
+    return capture(model, inputs, loss_fn, cost_model=cost_model, granularity=granularity).graph
+
+
+def add_capture(sub) -> None:
+    p = sub.add_parser("capture", help="capture a model's training step as a graph JSON",
+                       description="Trace one training step (forward, loss, backward) of a "
+                                   "model and write its remat graph with measured costs.")
+    p.add_argument("model", help="a zoo name (see --list) or package.module:factory, where "
+                                 "factory(batch_size=None) returns (model, example_inputs, "
+                                 "loss_fn)")
+    p.add_argument("-o", "--output", default="graph.json", help="graph JSON to write")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--tiny", action="store_true", help="the small variant of a zoo model")
+    p.add_argument("--cost-model", default="profile", choices=["profile", "flops", "unit"])
+    p.add_argument("--granularity", default="module", choices=["module", "op"])
+    p.set_defaults(run=run_capture)
+
+
+def run_capture(args) -> int:
+    import time
+
+    from remat.schedule.budget import checkpoint_all_peak
+    from remat.solvers.api import format_bytes
+
+    start = time.perf_counter()
+    print(f"capturing {args.model} ...", file=sys.stderr, flush=True)
+    graph = _captured_graph(args.model, args.tiny, args.batch_size, args.cost_model,
+                            args.granularity)
+    graph.to_json(args.output)
+    print(f"wrote {args.output}: {graph.size} nodes, static {format_bytes(graph.static_mem)}, "
+          f"checkpoint-all peak {format_bytes(checkpoint_all_peak(graph))} "
+          f"({time.perf_counter() - start:.1f}s)")
+    return 0
+
+
+def add_sweep(sub) -> None:
+    p = sub.add_parser("sweep", help="compute overhead against budget: CSV + PNG",
+                       description="Solve at budgets from tight to unconstrained with several "
+                                   "methods; write sweep.csv, sweep.json and sweep.png.")
+    p.add_argument("model", help="graph JSON, synthetic spec (linear:32, unet:4, random:100) "
+                                 "or a model (zoo name / package.module:factory)")
+    p.add_argument("--methods", default="all", help="comma-separated method names, or `all`")
+    p.add_argument("--budgets", default=None,
+                   help="comma-separated percentages (default: 10,20,...,100)")
+    p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
+    p.add_argument("-o", "--output", default="sweep-out", help="output directory")
+    p.set_defaults(run=run_sweep_cmd)
+
+
+def run_sweep_cmd(args) -> int:
+    from remat.bench.sweep import default_fractions, run_sweep, write_sweep
+    from remat.solvers import METHODS, solver
+
+    graph, name = load_graph(args.model)
+    methods = [m for m in METHODS if m != "auto"] if args.methods == "all" \
+        else [m.strip() for m in args.methods.split(",")]
+    for m in methods:
+        solver(m)
+    fractions = default_fractions() if not args.budgets else \
+        [float(b.strip().rstrip("%")) / 100 for b in args.budgets.split(",")]
+    print(f"sweeping {name}: {graph.size} nodes, {len(methods)} methods, "
+          f"{len(fractions)} budgets", file=sys.stderr)
+    rows = run_sweep(graph, methods, fractions, time_limit=args.time_limit)
+    command = "remat " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("remat") else \
+        "remat sweep " + args.model
+    paths = write_sweep(rows, graph, args.output, command, f"{name} ({graph.size} nodes)")
+    print("wrote " + ", ".join(paths.values()))
+    return 0
+
+
+def add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="the main job on built-in examples",
+                       description="Compare every method on built-in graphs.")
+    p.set_defaults(run=run_demo)
+
+
+def run_demo(args) -> int:
+    from remat import graphs
+    from remat.solvers import METHODS, SolveOptions, solver
+    from remat.schedule.budget import parse_budget
+
+    for title, graph in (("32-layer chain", graphs.linear(32)), ("U-Net depth 4", graphs.unet(4)),
+                         ("random DAG, 60 nodes", graphs.random_dag(60, seed=7))):
+        for pct in ("100%", "60%", "40%"):
+            budget = parse_budget(pct, graph)
+            print(f"\n{title} ({graph.size} nodes), budget {pct}:")
+            rows = []
+            for method in METHODS:
+                if method == "griewank" and not graph.is_chain:
+                    continue
+                rows.append(solution_row(solver(method)(graph, budget, SolveOptions(time_limit=30))))
+            print(render(rows))
+    return 0
+
+
+REGISTRARS = [
+    add_demo,
+    add_capture,
+    add_solve,
+    add_sweep,
+    lambda sub: add_pending(sub, "maxbatch", "largest batch that fits a memory cap", 5),
+]

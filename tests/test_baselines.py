@@ -1,0 +1,172 @@
+"""The classic methods over the shared case table and on random graphs (hypothesis)."""
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import remat
+from remat.schedule import checkpoint_all, checkpoint_all_peak, parse_budget, simulate
+from remat.solvers import SolveOptions, solver
+from remat.solvers.griewank import _split_table, adjoint_order, chain_schedule, forward_steps
+
+import cases
+
+BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-greedy", "ap-sqrtn", "ap-greedy", "griewank",
+             "auto")
+
+
+def run(method, graph, budget):
+    """Solver-level result (infeasible is a normal status there), or None if not applicable."""
+    if method == "griewank" and not graph.is_chain:
+        return None
+    return solver(method)(graph, parse_budget(budget, graph), SolveOptions())
+
+
+def check_invariants(graph, sol, budget_bytes):
+    assert sol.status in ("optimal", "feasible", "timeout", "infeasible")
+    if not sol.feasible:
+        assert sol.min_budget is not None and sol.min_budget > budget_bytes
+        return
+    sim = simulate(graph, sol.R, sol.S)  # raises if any dependency is missing
+    assert sim.peak_memory == pytest.approx(sol.peak_memory)
+    assert sim.compute_cost == pytest.approx(sol.compute_cost)
+    assert sol.peak_memory <= budget_bytes * (1 + 1e-12)
+    assert sol.compute_cost >= graph.total_cost - 1e-9
+    assert sol.lower_bound <= sol.compute_cost + 1e-9
+    assert sol.overhead == pytest.approx(sol.compute_cost / graph.total_cost)
+
+
+@pytest.mark.parametrize("method", BASELINES)
+@pytest.mark.parametrize("name, budget", cases.CASES)
+def test_case_table(method, name, budget):
+    graph = cases.graph(name)
+    sol = run(method, graph, budget)
+    if sol is not None:
+        check_invariants(graph, sol, parse_budget(budget, graph))
+
+
+@pytest.mark.parametrize("name", list(cases.GRAPHS))
+def test_checkpoint_all_is_the_plain_step(name):
+    graph = cases.graph(name)
+    sol = remat.solve(graph, "100%", method="checkpoint-all")
+    assert sol.compute_cost == pytest.approx(graph.total_cost)
+    assert sol.peak_memory == checkpoint_all_peak(graph)
+    assert sol.status == "optimal" and np.array_equal(sol.R, np.eye(graph.size, dtype=bool))
+
+
+def test_every_method_fits_at_full_budget_and_auto_is_best():
+    graph = remat.graphs.linear(12)
+    costs = {m: remat.solve(graph, "100%", method=m).compute_cost for m in BASELINES}
+    assert costs["auto"] == min(costs.values()) == graph.total_cost
+
+
+def test_infeasible_budget_raises_with_min_budget():
+    graph = remat.graphs.unet(3)
+    with pytest.raises(remat.InfeasibleBudgetError) as info:
+        remat.solve(graph, "10%", method="chen-greedy")
+    err = info.value
+    assert err.min_budget > err.budget
+    assert "smallest budget it can meet" in str(err)
+    # the reported minimum is really feasible for that method
+    sol = remat.solve(graph, err.min_budget, method="chen-greedy")
+    assert sol.peak_memory <= err.min_budget
+
+
+def test_unknown_method_and_option():
+    graph = remat.graphs.linear(3)
+    with pytest.raises(ValueError, match="unknown method 'fast'.*chen-greedy"):
+        remat.solve(graph, "50%", method="fast")
+    with pytest.raises(TypeError, match="unknown solve option.*time_limit"):
+        remat.solve(graph, "50%", method="chen-greedy", tim_limit=3)
+    assert "auto" in remat.METHODS and "griewank" in remat.METHODS
+
+
+def test_griewank_rejects_non_chains():
+    with pytest.raises(remat.RematError, match="chains only"):
+        remat.solve(remat.graphs.unet(2), "100%", method="griewank")
+
+
+# ----- hypothesis: random DAGs and chains ------------------------------------------------------
+graphs = st.one_of(
+    st.builds(lambda n, s, u: remat.graphs.random_dag(n, seed=s, unit=u),
+              st.integers(1, 14), st.integers(0, 10_000), st.booleans()),
+    st.builds(lambda n, u: remat.graphs.linear(n, unit=u), st.integers(1, 14), st.booleans()),
+    st.builds(lambda d, u: remat.graphs.unet(d, unit=u), st.integers(1, 4), st.booleans()),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=graphs, fraction=st.floats(0.05, 1.2), method=st.sampled_from(BASELINES))
+def test_property_every_schedule_is_valid_and_within_budget(graph, fraction, method):
+    budget = f"{fraction * 100:.3f}%"
+    sol = run(method, graph, budget)
+    if sol is not None:
+        check_invariants(graph, sol, parse_budget(budget, graph))
+
+
+@settings(max_examples=40, deadline=None)
+@given(graph=graphs)
+def test_property_checkpoint_all_cost_and_peak(graph):
+    R, S = checkpoint_all(graph)
+    sim = simulate(graph, R, S)
+    assert sim.compute_cost == pytest.approx(graph.total_cost)
+    # no schedule from any method has a lower compute cost
+    sol = remat.solve(graph, "100%", method="chen-greedy")
+    assert sol.compute_cost >= sim.compute_cost - 1e-9
+
+
+# ----- Griewank-Walther ------------------------------------------------------------------------
+# Reference values: Griewank & Walther, "Algorithm 799: Revolve", ACM TOMS 26(1), 2000,
+# Proposition 1: p(l, s) = r*l - C(s+r, s+1) with C(s+r-1, s) < l <= C(s+r, s), and the
+# recursion p(l, s) = min_j j + p(l-j, s-1) + p(j, s), p(1, s) = 0, p(l, 1) = l(l-1)/2
+# (Griewank 1992). Worked by hand: p(3, 2) = min(1 + p(2,1) + p(1,2), 2 + p(1,1) + p(2,2)) = 2;
+# p(4, 2) = 4 (j = 1 or 2); p(6, 2): r = 2, 12 - C(4,3) = 8; p(10, 2): r = 3, 30 - C(5,3) = 20;
+# p(10, 3): r = 2, 20 - C(5,4) = 15; p(20, 3): r = 3, 60 - C(6,4) = 45;
+# p(35, 4): r = 3, 105 - C(7,5) = 84.
+KNOWN = {(1, 1): 0, (2, 1): 1, (5, 1): 10, (2, 2): 1, (3, 2): 2, (4, 2): 4, (6, 2): 8,
+         (10, 2): 20, (10, 3): 15, (20, 3): 45, (35, 4): 84}
+
+
+@pytest.mark.parametrize("length, slots", sorted(KNOWN))
+def test_revolve_known_values(length, slots):
+    assert forward_steps(length, slots) == KNOWN[(length, slots)]
+
+
+def test_dynamic_program_matches_closed_form():
+    cost, _ = _split_table(40, 8)
+    for length in range(1, 41):
+        for slots in range(1, 9):
+            assert cost[length, slots] == forward_steps(length, slots), (length, slots)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13, 21])
+@pytest.mark.parametrize("slots", [1, 2, 3, 5])
+def test_griewank_schedule_recomputes_exactly_p(n, slots):
+    graph = remat.graphs.linear(n, unit=True)
+    R, S = chain_schedule(graph, slots)
+    sim = simulate(graph, R, S)
+    assert sim.compute_cost - graph.total_cost == forward_steps(n, slots)
+    assert len(adjoint_order(n, slots)) == n
+
+
+def test_griewank_uses_less_memory_with_fewer_slots():
+    graph = remat.graphs.linear(30, unit=True)
+    peaks = [simulate(graph, *chain_schedule(graph, s)).peak_memory for s in (1, 2, 3, 5)]
+    costs = [simulate(graph, *chain_schedule(graph, s)).compute_cost for s in (1, 2, 3, 5)]
+    assert peaks == sorted(peaks) and costs == sorted(costs, reverse=True)
+
+
+# ----- the torch-free core needs no torch ------------------------------------------------------
+def test_core_imports_without_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import remat, remat.graph, remat.schedule, remat.solvers\n"
+            "g = remat.graphs.random_dag(10, seed=1)\n"
+            "for m in remat.METHODS:\n"
+            "    if m != 'griewank': remat.solve(g, '100%', method=m)\n"
+            "assert 'torch' not in [k for k, v in sys.modules.items() if v is not None]\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr

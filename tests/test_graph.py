@@ -1,0 +1,125 @@
+"""RematGraph: validation, views, JSON, synthetic generators."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+import remat
+from remat import InvalidGraphError, RematGraph
+
+
+def small():
+    return RematGraph(["a", "b", "c"], [1, 2, 3], [4, 5, 6], [[], [0], [0, 1]],
+                      [False, False, True], static_mem=7)
+
+
+def test_views():
+    g = small()
+    assert g.size == 3 and len(g) == 3
+    assert g.users == ((1, 2), (2,), ())
+    assert g.predecessors(2) == (0, 1) and g.successors(0) == (1, 2)
+    assert g.forward_nodes == (0, 1) and g.backward_nodes == (2,)
+    assert g.loss_node == 1 and g.total_cost == 6
+
+
+def test_json_roundtrip_keeps_extra_keys(tmp_path):
+    g = RematGraph(["a", "b"], [1.5, 2], [8, 16], [[], [0]], [False, True], static_mem=3,
+                   node_meta=[{"op": "conv"}, {"op": "grad"}], meta={"cost_unit": "ms"})
+    path = tmp_path / "g.json"
+    text = g.to_json(path)
+    doc = json.loads(text)
+    assert doc["format"] == "remat-graph/1"
+    assert doc["nodes"][0] == {"op": "conv", "name": "a", "cost": 1.5, "mem": 8, "deps": [],
+                               "backward": False}
+    for source in (text, path, str(path)):
+        back = RematGraph.from_json(source)
+        assert back.names == g.names and back.deps == g.deps
+        assert np.array_equal(back.cost, g.cost) and np.array_equal(back.mem, g.mem)
+        assert back.static_mem == 3 and back.node_meta[0]["op"] == "conv"
+        assert back.meta == {"cost_unit": "ms"}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(deps=[[], [2], []]), "comes later"),
+    (dict(deps=[[1], [0], []]), "cycle"),
+    (dict(deps=[[], [1], []]), "cycle"),
+    (dict(deps=[[], [5], []]), "out of range"),
+    (dict(cost=[1, -2, 3]), "node 1 'b': cost must be finite and >= 0"),
+    (dict(cost=[1, math.nan, 3]), "cost must be finite"),
+    (dict(mem=[1, 2, math.inf]), "node 2 'c': mem must be finite"),
+    (dict(names=["a", "a", "c"]), "used twice"),
+    (dict(names=["a", "", "c"]), "non-empty string"),
+    (dict(is_backward=[0, 1, 1]), "true or false"),
+    (dict(static_mem=-1), "static_mem"),
+    (dict(cost=[1, 2]), "2 entries for 3 nodes"),
+])
+def test_bad_graphs_name_the_problem(kwargs, message):
+    base = dict(names=["a", "b", "c"], cost=[1, 2, 3], mem=[1, 1, 1], deps=[[], [0], [1]],
+                is_backward=[False, False, True], static_mem=0)
+    base.update(kwargs)
+    with pytest.raises(InvalidGraphError, match=message):
+        RematGraph(**base)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "not valid JSON"),
+    ('{"format": "other/1", "nodes": []}', "expected a 'remat-graph/1'"),
+    ('{"format": "remat-graph/1", "nodes": {}}', "must be a list"),
+    ('{"format": "remat-graph/1", "nodes": [{"name": "a", "cost": 1}]}', "lacks mem, deps, backward"),
+    ('{"format": "remat-graph/1", "nodes": [{"name": "a", "cost": "1", "mem": 1, "deps": [], '
+     '"backward": false}]}', "cost must be a number"),
+])
+def test_broken_json(text, message):
+    with pytest.raises(InvalidGraphError, match=message):
+        RematGraph.from_json(text)
+
+
+def test_missing_file_is_a_graph_error(tmp_path):
+    with pytest.raises(InvalidGraphError, match="cannot read"):
+        RematGraph.from_json(tmp_path / "nope.json")
+
+
+def test_loading_never_executes_code():
+    text = '{"format": "remat-graph/1", "nodes": [{"name": "__import__(\'os\')", "cost": 1, ' \
+           '"mem": 1, "deps": [], "backward": false}]}'
+    assert RematGraph.from_json(text).names == ("__import__('os')",)
+
+
+@pytest.mark.parametrize("make", [remat.graphs.linear, remat.graphs.unet,
+                                  lambda n, unit: remat.graphs.random_dag(n, seed=n, unit=unit)])
+@pytest.mark.parametrize("unit", [True, False])
+def test_generators_build_mirrored_training_steps(make, unit):
+    g = make(5, unit=unit)
+    forward = g.forward_nodes
+    assert g.size == 2 * (len(forward) - 1) + 1
+    assert list(forward) == list(range(len(forward)))  # forward, loss, then backward
+    loss = g.loss_node
+    for k in forward[:-1]:
+        readers = [u for u in g.users[k] if g.is_backward[u]]
+        assert readers, f"forward node {k} has no backward reader"
+    for b in g.backward_nodes:
+        assert any(d == loss or g.is_backward[d] for d in g.deps[b]), "backward needs a gradient"
+    if unit:
+        assert set(g.cost) == {1} and set(g.mem) == {1}
+    else:
+        assert len(set(g.mem)) > 1
+
+
+def test_linear_structure():
+    g = remat.graphs.linear(3, unit=True)
+    assert g.names == ("f0", "f1", "f2", "loss", "grad_f2", "grad_f1", "grad_f0")
+    assert g.deps == ((), (0,), (1,), (2,), (1, 2, 3), (0, 1, 4), (0, 5))
+    assert g.is_chain and not remat.graphs.unet(2).is_chain
+
+
+def test_articulation_points():
+    # forward: 0 -> 1 -> 2 -> 3 with a skip 0 -> 2: only 2 separates (3 and the loss hang off it)
+    g = remat.graphs.training_graph([[], [0], [0, 1], [2]], [1] * 4, [1] * 4)
+    assert g.forward_articulation_points == (2, 3)
+    assert remat.graphs.linear(4).forward_articulation_points == (1, 2, 3)
+
+
+def test_generator_arguments_checked():
+    with pytest.raises(ValueError, match="integer >= 1"):
+        remat.graphs.linear(0)

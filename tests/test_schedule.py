@@ -1,0 +1,192 @@
+"""The one simulator, R/S derivation, budgets and Solution JSON, on hand-worked graphs."""
+import numpy as np
+import pytest
+
+import remat
+from remat import InvalidScheduleError, RematGraph, simulate
+from remat.schedule import cheapest_r, checkpoint_all, parse_budget, s_from_r, tighten
+from remat.schedule.budget import BudgetError
+
+
+def chain():
+    """a -> b -> loss, then grad_b (reads loss, b, a) and grad_a (reads grad_b, a)."""
+    return RematGraph(["a", "b", "loss", "grad_b", "grad_a"], [1, 2, 1, 4, 3], [2, 3, 1, 4, 5],
+                      [[], [0], [1], [0, 1, 2], [0, 3]], [False, False, False, True, True],
+                      static_mem=10)
+
+
+def diamond():
+    """x feeds y and z, which both feed w."""
+    return RematGraph(["x", "y", "z", "w"], [1, 1, 1, 1], [4, 1, 1, 2], [[], [0], [0], [1, 2]],
+                      [False] * 4)
+
+
+def skip():
+    """a -> b -> c, and c also reads a (a skip connection); a is large."""
+    return RematGraph(["a", "b", "c", "d"], [5, 1, 1, 1], [8, 1, 1, 1], [[], [0], [0, 1], [2]],
+                      [False] * 4)
+
+
+def test_chain_checkpoint_all_by_hand():
+    # stage 0: 10 + a(2) = 12; 1: + b(3) = 15; 2: + loss(1) = 16;
+    # 3: + grad_b(4) = 20, then loss and b are read for the last time: 16;
+    # 4: + grad_a(5) = 21, then everything goes: 10.
+    peak, cost, timeline = simulate(chain(), *checkpoint_all(chain()))
+    assert peak == 21 and cost == 11
+    assert [e.memory for e in timeline if e.action == "compute"] == [12, 15, 16, 20, 21]
+    assert timeline[-1].memory == 10
+
+
+def test_chain_recompute_by_hand():
+    # drop b after the loss and recompute it for grad_b: stage 3 starts with a and loss
+    # resident (13), recomputes b (16), computes grad_b (20), then frees loss and b (16).
+    g = chain()
+    S = np.zeros((5, 5), dtype=bool)
+    S[1, 0] = S[2, 0] = S[3, 0] = S[4, 0] = True  # a kept throughout
+    S[2, 1] = True  # b kept for the loss only
+    S[3, 2] = True  # loss kept for grad_b
+    S[4, 3] = True  # grad_b kept for grad_a
+    R = cheapest_r(g, S)
+    assert np.flatnonzero(R[3]).tolist() == [1, 3]
+    sim = simulate(g, R, S)
+    computes = [e.memory for e in sim.timeline if e.action == "compute"]
+    assert computes == [12, 15, 16, 16, 20, 21]
+    assert sim.compute_cost == 11 + 2 and sim.peak_memory == 21
+
+
+def test_diamond_by_hand():
+    # x(4); y: 5; z: 6, then x is dead: 2; w: 4, then all free.
+    sim = simulate(diamond(), *checkpoint_all(diamond()))
+    assert sim.peak_memory == 6 and (sim.peak_stage, sim.peak_node) == (2, 2)
+    assert sim.live_at_peak() == [0, 1, 2]
+
+
+def test_skip_connection_by_hand():
+    # keeping a: a(8); b: 9; c: 10, then a and b die: 1; d: 2.  Peak 10.
+    g = skip()
+    assert simulate(g, *checkpoint_all(g)).peak_memory == 10
+    # dropping a after b and recomputing it for c does not help: at c, a(8)+b(1)+c(1) again
+    S = np.zeros((4, 4), dtype=bool)
+    S[1, 0] = S[2, 1] = S[3, 2] = True
+    R = cheapest_r(g, S)
+    sim = simulate(g, R, S)
+    assert R[2].tolist() == [True, False, True, False]
+    assert sim.peak_memory == 10 and sim.compute_cost == 8 + 5
+
+
+def test_unread_unkept_resident_values_are_freed_at_stage_start():
+    g = diamond()
+    R, S = checkpoint_all(g)
+    S = S.copy()
+    S[3, 0] = True  # x resident at stage 3 start but not read there and not kept
+    S[2, 0] = True
+    sim = simulate(g, R, S)
+    stage3 = [e for e in sim.timeline if e.stage == 3]
+    assert stage3[0] == ("free", 0) or (stage3[0].action, stage3[0].node) == ("free", 0)
+
+
+def test_missing_dependency_names_stage_and_nodes():
+    g = chain()
+    R, S = checkpoint_all(g)
+    S = S.copy()
+    S[3, 1] = False
+    with pytest.raises(InvalidScheduleError, match=r"stage 3: node 3 'grad_b' needs node 1 'b'"):
+        simulate(g, R, S)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda R, S: R.__setitem__((2, 2), False), r"stage 2 must compute its own node 2 'loss'"),
+    (lambda R, S: R.__setitem__((1, 3), True), "comes after node 1"),
+    (lambda R, S: S.__setitem__((1, 1), True), "not computed before stage 1"),
+    (lambda R, S: (S.__setitem__((3, 1), False), S.__setitem__((4, 1), True)),
+     "resident at the start of stage 4 but was neither resident nor computed in stage 3"),
+])
+def test_structural_errors(edit, message):
+    g = chain()
+    R, S = (m.copy() for m in checkpoint_all(g))
+    edit(R, S)
+    with pytest.raises(InvalidScheduleError, match=message):
+        simulate(g, R, S)
+
+
+def test_bad_shapes_and_values():
+    g = chain()
+    with pytest.raises(InvalidScheduleError, match="shape"):
+        simulate(g, np.eye(3), np.zeros((3, 3)))
+    with pytest.raises(InvalidScheduleError, match="0/1"):
+        simulate(g, np.eye(5) * 2, np.zeros((5, 5)))
+
+
+def test_s_from_r_and_tighten_are_fixed_points():
+    g = remat.graphs.random_dag(15, seed=4)
+    R, S = checkpoint_all(g)
+    assert np.array_equal(cheapest_r(g, S), R)
+    R2, S2 = tighten(g, np.tril(np.ones((g.size, g.size), dtype=bool), -1))
+    assert np.array_equal(R2, R) and np.array_equal(S2, S)
+    assert np.array_equal(s_from_r(g, R), S)
+
+
+def test_recomputing_a_resident_value_replaces_it():
+    g = diamond()
+    R, S = checkpoint_all(g)
+    R = R.copy()
+    R[2, 0] = True  # recompute x while it is still resident
+    sim = simulate(g, R, S)
+    assert sim.compute_cost == 5
+    # stage 2: 5 (x, y) + new x 4 = 9, old copy dropped: 5; z: 6; x, y... at the end 2
+    computes = [e.memory for e in sim.timeline if e.stage == 2 and e.action == "compute"]
+    assert computes == [9, 6]
+
+
+def test_plan_frees_everything_and_computes_per_r():
+    g = remat.graphs.unet(3)
+    sol = remat.solve(g, "100%", method="checkpoint-all")
+    computed = [i for a, i in sol.plan if a == "compute"]
+    freed = [i for a, i in sol.plan if a == "free"]
+    assert sorted(computed) == sorted(freed) == list(range(g.size))
+
+
+@pytest.mark.parametrize("text, expected", [
+    (1000, 1000.0), (2.5e9, 2.5e9), ("1000", 1000.0), ("1.5GiB", 1.5 * 2**30),
+    ("800MB", 800e6), ("800 mb", 800e6), ("4KiB", 4096.0), ("1e3B", 1000.0),
+])
+def test_budget_units(text, expected):
+    assert parse_budget(text) == pytest.approx(expected)
+
+
+def test_budget_percentages():
+    g = chain()  # static 10, checkpoint-all peak 21
+    assert parse_budget("100%", g) == 21
+    assert parse_budget("50%", g) == pytest.approx(15.5)
+    assert parse_budget("0.5%", g) == pytest.approx(10.055)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("12XB", "unknown unit 'XB'"), ("-5%", "cannot read budget"), ("", "cannot read budget"),
+    ("0%", "above 0%"), (0, "positive"), (-3, "positive"), (float("nan"), "positive"),
+    (True, "got True"), (None, "got None"), ([1], "number or a string"), ("60%", "needs the graph"),
+])
+def test_bad_budgets(bad, message):
+    with pytest.raises(BudgetError, match=message):
+        parse_budget(bad)
+    assert issubclass(BudgetError, remat.RematError)
+
+
+def test_solution_json_roundtrip(tmp_path):
+    g = remat.graphs.linear(16)
+    sol = remat.solve(g, "80%", method="chen-greedy")
+    back = remat.Solution.from_json(sol.to_json(tmp_path / "s.json"))
+    assert back.method == "chen-greedy" and back.status == sol.status
+    assert np.array_equal(back.R, sol.R) and np.array_equal(back.S, sol.S)
+    assert back.plan == sol.plan and back.peak_memory == sol.peak_memory
+    assert back.budget == pytest.approx(sol.budget)
+    back.check(g)
+    with pytest.raises(InvalidScheduleError, match="another graph"):
+        back.check(remat.graphs.linear(16, unit=True))
+
+
+def test_broken_solution_json():
+    with pytest.raises(InvalidScheduleError, match="remat-solution/1"):
+        remat.Solution.from_json('{"format": "remat-graph/1"}')
+    with pytest.raises(InvalidScheduleError, match="malformed"):
+        remat.Solution.from_json('{"format": "remat-solution/1", "T": 2}')
