@@ -78,7 +78,11 @@ PLAIN = Formulation(free_encoding="bigm", free_binary=True, r_binary=True)
 """A direct encoding of Checkmate's MILP (plus the two exactness rows above)."""
 TIGHT = Formulation(free_encoding="and", free_binary=False, r_binary=True, free_once=True,
                     free_fixing=True)
-"""What ``milp`` uses by default: the choices the benchmark supports (bench/bench_milp.py)."""
+"""What ``milp`` uses by default. Measured (bench/bench_milp.py speed; single runs on a loaded
+2-core machine, so noisy): against PLAIN it is neither clearly faster nor slower (linear10 unit,
+budget 5: 55 s vs 38 s plain; budget 6: 3.1 s vs 6.0 s; linear16 unit, budgets 4-6: neither
+proves optimality in 30-60 s). It is kept because it has fewer integer columns (FREE
+continuous) and the same optimum. Clearly worse, so off: ``tie_break`` and continuous R."""
 
 
 class MilpModel:
