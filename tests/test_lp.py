@@ -26,7 +26,7 @@ def test_never_over_budget(method, name):
     graph = GRAPHS[name]()
     for percent in BUDGETS:
         budget = remat.parse_budget(percent, graph)
-        sol = solver(method)(graph, budget, SolveOptions(rounding_samples=16, time_limit=5))
+        sol = solver(method)(graph, budget, SolveOptions(rounding_samples=16, time_limit=2))
         if not sol.feasible:
             # None: the LP hit the time limit (a loaded machine), nothing proven either way
             assert sol.min_budget is None or sol.min_budget > budget
