@@ -31,6 +31,7 @@ VARIANTS = {
     "and+warm": (Formulation(), True),
     "and+once+warm": (Formulation(free_once=True), True),
     "tight(and+once+fix)+warm": (TIGHT, True),
+    "tight+tiebreak+warm": (Formulation(free_once=True, free_fixing=True, tie_break=0.01), True),
     "tight+R-continuous+warm": (Formulation(free_once=True, free_fixing=True, r_binary=False,
                                             free_binary=True), True),
 }
@@ -78,15 +79,17 @@ def sweep(args) -> list[dict]:
 
 
 def speed(args) -> list[dict]:
-    graph = remat.graphs.linear(16, unit=True)
+    graph = remat.graphs.linear(args.layers, unit=True)
     rows = []
     for budget in args.budgets:
         for label, (form, warm) in VARIANTS.items():
+            if args.variants and label not in args.variants:
+                continue
             options = SolveOptions(time_limit=args.time_limit, warm_start=warm)
             began = time.perf_counter()
             sol = solve_with(graph, budget, options, form, method=label)
             sol = sol.with_(solve_time=time.perf_counter() - began)
-            rows.append(row("linear16-unit", graph, budget, f"{budget:g} units", label, sol))
+            rows.append(row(f"linear{args.layers}-unit", graph, budget, f"{budget:g} units", label, sol))
             print(_line(rows[-1]), flush=True)
     return rows
 
@@ -110,6 +113,8 @@ def main(argv=None) -> int:
     parser.add_argument("mode", choices=("sweep", "speed"))
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--budgets", type=float, nargs="*", default=[4, 5, 6, 7])
+    parser.add_argument("--layers", type=int, default=16, help="speed: chain length")
+    parser.add_argument("--variants", nargs="*", help="speed: variant names (default: all)")
     parser.add_argument("--quick", action="store_true", help="sweep: chains n = 8, 16 only")
     parser.add_argument("--out")
     args = parser.parse_args(argv)

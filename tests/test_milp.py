@@ -213,3 +213,12 @@ def test_ctrl_c_returns_best_schedule_as_timeout():
     assert sol.status == "timeout" and sol.details["backend_status"] == "interrupted"
     assert sol.solve_time < 30
     check_fits(graph, sol, 6)
+
+
+def test_auto_uses_milp_on_small_graphs_and_reports_its_bound():
+    graph = remat.graphs.linear(4, unit=True)
+    budget = 4  # the heuristics need 15 units of compute here, the optimum is 12
+    sol = remat.solve(graph, budget, time_limit=20)
+    assert "milp" in sol.details["tried"]
+    assert sol.status == "optimal" and sol.compute_cost == 12 and sol.lower_bound == 12
+    check_fits(graph, sol, budget)

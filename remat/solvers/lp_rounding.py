@@ -63,8 +63,12 @@ def finish(graph, budget, method, relaxed, rounded, began, time_limit=None,
         from remat.solvers.min_budget import min_budget
 
         limit = 10.0 if time_limit is None else time_limit
-        smallest = least_peak if S_frac is not None else \
-            min_budget(graph, SolveOptions(time_limit=limit)).peak_memory
+        if S_frac is not None:
+            smallest = least_peak
+        elif details.get("lp_status") == "infeasible":
+            smallest = min_budget(graph, SolveOptions(time_limit=limit)).peak_memory
+        else:  # the LP ran out of time: nothing is known about the budget
+            smallest = None
         return Solution.infeasible(graph, method, budget, smallest, solve_time=elapsed,
                                    candidates=tried, **details)
     return Solution.from_schedule(graph, best[1], best[2], method, "feasible", budget,

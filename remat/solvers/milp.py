@@ -9,6 +9,7 @@ schedule always goes through the simulator (``Solution.from_schedule``).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -81,14 +82,17 @@ def best_baseline(graph: RematGraph, budget: float) -> Solution | None:
 
 def _solution(graph, budget, model, result, warm, method, began, options) -> Solution:
     """Turn HiGHS's answer into a checked Solution."""
-    bound = result.bound * model.cost_unit if np.isfinite(result.bound) else graph.total_cost
-    bound = max(bound, graph.total_cost)
+    bound = true_bound(graph, model, result.bound)
     details = {"backend_status": result.status}
     if result.status == "infeasible":
         return _infeasible(graph, budget, method, began, options, **details)
+    if warm is not None:  # a warm start's bound (the LP's, for lp-rounding) holds as well
+        bound = max(bound, warm.lower_bound)
     candidate = _schedule(graph, model, result.x, budget)
     status = _status(result.status, options.mip_rel_gap)
-    if candidate is None and warm is not None:
+    if warm is not None and (candidate is None or
+                             simulate(graph, *candidate).compute_cost > warm.compute_cost):
+        # HiGHS stopped before it took the start in, or found nothing that fits
         candidate, status = (warm.R, warm.S), "timeout" if status == "timeout" else "feasible"
         details["from_warm_start"] = True
     if candidate is None:
@@ -99,18 +103,33 @@ def _solution(graph, budget, model, result, warm, method, began, options) -> Sol
     details["model_peak"] = model.peak_of(model.vector(R, S))
     sol = Solution.from_schedule(graph, R, S, method, status, budget, lower_bound=bound,
                                  solve_time=time.perf_counter() - began, **details)
-    if sol.status == "feasible" and sol.compute_cost <= sol.lower_bound * (1 + 1e-9):
+    proven = sol.compute_cost <= sol.lower_bound * (1 + 1e-9)
+    if sol.status == "feasible" and proven:
         sol = sol.with_(status="optimal")
+    elif sol.status == "optimal" and not proven:  # optimal for perturbed costs only
+        sol = sol.with_(status="feasible")
     return sol
 
 
 def warm_start(graph: RematGraph, budget: float, options: SolveOptions) -> Solution | None:
     """The best baseline that fits; if none does, the LP-rounding schedule (if it fits)."""
     warm = best_baseline(graph, budget)
-    if warm is None:
-        rounded = solver("lp-rounding")(graph, budget, options)
+    if warm is None:  # at most half the time: the MILP needs the rest
+        half = None if options.time_limit is None else options.time_limit / 2
+        rounded = solver("lp-rounding")(graph, budget, replace(options, time_limit=half))
         warm = rounded if rounded.feasible else None
     return warm
+
+
+def true_bound(graph: RematGraph, model: MilpModel, bound: float) -> float:
+    """HiGHS's bound in cost units, undoing the tie-break perturbation (costs only grew by at
+    most a factor 1 + tie_break); whole-number costs give a whole-number bound."""
+    if not np.isfinite(bound):
+        return graph.total_cost
+    bound = bound * model.cost_unit / (1 + model.formulation.tie_break)
+    if model.formulation.tie_break > 0 and np.all(graph.cost == np.round(graph.cost)):
+        bound = float(np.ceil(bound - 1e-6))
+    return max(bound, graph.total_cost)
 
 
 def _infeasible(graph, budget, method, began, options, **details) -> Solution:

@@ -64,6 +64,11 @@ class Formulation:
     """Cut ``sum_k FREE[t,i,k] <= 1``: a value is freed at most once per stage. Valid because
     FREE[t,i,k] = 1 needs R[t,j] = 0 for all later users j of i, while FREE[t,i,j] needs
     R[t,j] = 1: two frees of i in one stage contradict each other."""
+    tie_break: float = 0.0
+    """Multiply node i's cost by ``1 + tie_break * u_i`` with fixed u_i in [0, 1) (Checkmate's
+    perturbation, deterministic), so that fewer schedules tie. The bound on the true cost is
+    then HiGHS's bound / (1 + tie_break), rounded up when costs are whole numbers; the
+    schedule is priced by the simulator with the true costs (``milp.solve_with``)."""
     free_fixing: bool = False
     """Fix FREE[t,i,k] = 0 when a later user of i in stage t is node t itself (R[t,t] = 1), and
     R[t,i] = 0 / S[t,i] = 0 where no useful schedule can have them (see ``_useless``)."""
@@ -73,7 +78,11 @@ PLAIN = Formulation(free_encoding="bigm", free_binary=True, r_binary=True)
 """A direct encoding of Checkmate's MILP (plus the two exactness rows above)."""
 TIGHT = Formulation(free_encoding="and", free_binary=False, r_binary=True, free_once=True,
                     free_fixing=True)
-"""What ``milp`` uses by default: the choices the benchmark supports (bench/bench_milp.py)."""
+"""What ``milp`` uses by default. Measured (bench/bench_milp.py speed; single runs on a loaded
+2-core machine, so noisy): against PLAIN it is neither clearly faster nor slower (linear10 unit,
+budget 5: 55 s vs 38 s plain; budget 6: 3.1 s vs 6.0 s; linear16 unit, budgets 4-6: neither
+proves optimality in 30-60 s). It is kept because it has fewer integer columns (FREE
+continuous) and the same optimum. Clearly worse, so off: ``tie_break`` and continuous R."""
 
 
 class MilpModel:
@@ -110,6 +119,8 @@ class MilpModel:
     def _add_variables(self, budget: float | None, min_peak: bool) -> None:
         graph, size, form = self.graph, self.size, self.formulation
         cost = graph.cost / self.cost_unit
+        if form.tie_break > 0:  # golden-ratio sequence: spread out, reproducible
+            cost = cost * (1 + form.tie_break * ((np.arange(size) * 0.6180339887) % 1.0))
         self.R = np.full((size, size), -1, dtype=np.int64)
         self.S = np.full((size, size), -1, dtype=np.int64)
         self.U = np.full((size, size), -1, dtype=np.int64)
