@@ -1,4 +1,5 @@
-"""The fast exact and near-exact methods: chain-dp (exact on chains)."""
+"""The fast methods: chain-dp (best persistent schedule of a chain) and cpsat (milp's model on
+CP-SAT)."""
 import numpy as np
 import pytest
 
@@ -60,7 +61,8 @@ def dp_cost(graph, budget_bytes):
 
 @pytest.mark.parametrize("graph", [remat.graphs.linear(3, unit=True), random_chain(3, 7)],
                          ids=["unit3", "rand3-s7"])
-def test_chain_dp_equals_exhaustive_search(graph):
+def test_chain_dp_equals_exhaustive_search_on_tiny_chains(graph):
+    """Observed on these 3-layer chains (persistent schedules suffice there), every budget."""
     frontier = exhaustive_frontier(graph)
     assert len(frontier) >= 1
     for peak, cost in frontier:
@@ -73,7 +75,9 @@ def check(graph, sol, budget_bytes):
     sim = simulate(graph, sol.R, sol.S)
     assert sim.peak_memory <= budget_bytes
     assert sim.compute_cost == pytest.approx(sol.compute_cost)
-    assert sol.status == "optimal" and sol.lower_bound == pytest.approx(sol.compute_cost)
+    assert sol.lower_bound == pytest.approx(graph.total_cost)  # the only bound it can prove
+    assert sol.details["optimal_in_class"]
+    assert (sol.status == "optimal") == (sol.compute_cost == pytest.approx(graph.total_cost))
 
 
 @pytest.mark.parametrize("name,budget", [(g, b) for g in CHAINS for b in cases.BUDGETS])
@@ -96,16 +100,30 @@ def test_chain_dp_on_case_table_beats_every_heuristic(name, budget):
 @pytest.mark.skipif("milp" not in remat.METHODS, reason="the milp method is not merged yet")
 @pytest.mark.parametrize("name,budget", [(g, b) for g in CHAINS for b in cases.BUDGETS])
 def test_chain_dp_matches_milp(name, budget):
-    """milp's proven bound <= the DP optimum <= milp's schedule (equal when milp proves it)."""
+    """milp's proven bound <= the DP's cost; on this table the DP also equals every optimum
+    milp proves (observed, not a theorem: see the counterexample below)."""
     graph = cases.graph(name)
     budget_bytes = parse_budget(budget, graph)
     sol = solver("chain-dp")(graph, budget_bytes, SolveOptions())
     ref = solver("milp")(graph, budget_bytes, SolveOptions(time_limit=5.0))
     assert sol.feasible == ref.feasible
     if ref.feasible:
-        assert ref.lower_bound - 1e-6 <= sol.compute_cost <= ref.compute_cost + 1e-6
+        assert ref.lower_bound - 1e-6 <= sol.compute_cost
         if ref.status == "optimal":
             assert sol.compute_cost == pytest.approx(ref.compute_cost)
+
+
+@pytest.mark.skipif("milp" not in remat.METHODS, reason="the milp method is not merged yet")
+def test_chain_dp_is_not_optimal_over_all_schedules():
+    """The known limit: at the tightest budget of this heterogeneous chain the optimum frees a
+    checkpoint after its last read in a stage and rebuilds it later, which no persistent
+    schedule does. If this starts failing, the DP has grown exact: update its docstring."""
+    graph = random_chain(5, 100)
+    least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+    dp = solver("chain-dp")(graph, least, SolveOptions())
+    ref = solver("milp")(graph, least, SolveOptions(time_limit=30.0))
+    assert ref.status == "optimal" and dp.compute_cost == pytest.approx(52.0)
+    assert ref.compute_cost == pytest.approx(43.0)
 
 
 @pytest.mark.parametrize("n,unit", [(1, True), (2, False), (12, False), (40, True), (40, False)])
