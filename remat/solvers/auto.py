@@ -4,7 +4,7 @@ Runs the methods that suit the graph in order of cost and returns the cheapest s
 fits, with the best lower bound any of them proved: the heuristics always; then ``milp``
 (warm-started from the best of them) on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP
 relaxation with rounding (``lp-rounding``, whose LP optimum is a proven bound) up to
-``LP_MAX_NODES``. Chains go to ``chain-dp``, exact and fast, instead. Without a ``time_limit`` those exact steps get ``DEFAULT_TIME_LIMIT`` seconds.
+``LP_MAX_NODES``. On chains ``chain-dp`` (the best persistent schedule, fast) runs too. Without a ``time_limit`` those exact steps get ``DEFAULT_TIME_LIMIT`` seconds.
 """
 from __future__ import annotations
 
@@ -21,13 +21,15 @@ MILP_MAX_NODES = 80
 LP_MAX_NODES = 400
 """The LP relaxation stays within seconds up to about this size."""
 DEFAULT_TIME_LIMIT = 30.0
+CHAIN_DP_MAX_LAYERS = 100
+"""chain-dp takes < 1 s up to 64 heterogeneous layers, ~12 s at 128 (bench/results/fast_notes.md)."""
 
 
 def candidate_methods(graph: RematGraph) -> list[str]:
     """The methods ``auto`` tries on this graph, cheapest first."""
     methods = list(HEURISTICS)
-    if method_applies("chain-dp", graph):
-        return methods + ["chain-dp"]  # exact for chains, in well under a second
+    if method_applies("chain-dp", graph) and len(graph.forward_nodes) <= CHAIN_DP_MAX_LAYERS:
+        methods.append("chain-dp")
     if graph.size <= MILP_MAX_NODES:
         methods.append("milp")
     elif graph.size <= LP_MAX_NODES:

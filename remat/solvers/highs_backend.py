@@ -101,20 +101,32 @@ def _watch(h, progress: Callable[[dict], None]) -> None:
 
 
 def _run_interruptible(h) -> bool:
-    """Run HiGHS in its worker thread; on Ctrl-C cancel it and wait. True if interrupted."""
+    """Run HiGHS in its worker thread; Ctrl-C cancels it and we wait. True if interrupted.
+
+    A temporary SIGINT handler (main thread only) sets a flag instead of raising, so the
+    interrupt can never escape between polls and leave the solver thread running.
+    """
+    import signal
+    import threading
+
     h.HandleUserInterrupt = True
-    thread = h.startSolve()
-    interrupted = False
-    while True:
-        try:
-            done, _ = h.wait(0.1)
-            if done:
-                break
-        except KeyboardInterrupt:
-            interrupted = True
-            h.cancelSolve()
-    thread.join()
-    return interrupted
+    interrupted = threading.Event()
+
+    def on_sigint(signum, frame) -> None:
+        interrupted.set()
+        h.cancelSolve()
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
+    try:
+        thread = h.startSolve()
+        while not h.wait(0.1)[0]:
+            pass
+        thread.join()
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+    return interrupted.is_set()
 
 
 def _result(highspy, h, relax: bool, interrupted: bool, seconds: float) -> BackendResult:
