@@ -1,6 +1,7 @@
 """The verbs of ``remat``. Each ``add_*`` registers one subcommand and its ``run`` function."""
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -30,7 +31,7 @@ def run_solve(args) -> int:
     graph = RematGraph.from_json(args.graph)
     budget = parse_budget(args.budget, graph)
     methods = [m for m in METHODS if m != "auto"] if args.method == "all" else [args.method]
-    options = SolveOptions(time_limit=args.time_limit)
+    options = SolveOptions(time_limit=args.time_limit, progress=_progress_printer(graph))
     results = []
     for method in methods:
         fn = solver(method)  # unknown names fail here, listing the valid ones
@@ -50,6 +51,27 @@ def run_solve(args) -> int:
     else:
         print(render([solution_row(r) for r in results]))
     return 0 if any(r.feasible for r in results) else 3
+
+
+def _progress_printer(graph):
+    """Print incumbent, bound and gap of a long solve to stderr, at most twice a second."""
+    last = [0.0]
+    total = graph.total_cost or 1.0
+
+    def show(event: dict) -> None:
+        now = time.perf_counter()
+        if now - last[0] < 0.5:
+            return
+        last[0] = now
+        incumbent, bound = event.get("incumbent", math.inf), event.get("bound", -math.inf)
+        best = f"{incumbent / total:.3f}x" if math.isfinite(incumbent) else "none yet"
+        proven = f"{bound / total:.3f}x" if math.isfinite(bound) else "-"
+        gap = event.get("gap", math.nan)
+        shown_gap = f"{gap:.1%}" if math.isfinite(gap) else "-"
+        print(f"  {event.get('time', 0):7.1f}s  best {best}  bound {proven}  gap {shown_gap}",
+              file=sys.stderr, flush=True)
+
+    return show
 
 
 def add_pending(sub, name: str, help_text: str, issue: int) -> None:

@@ -32,14 +32,34 @@ def _highspy():
     return highspy
 
 
+def _new_highs(highspy, verbose: bool):
+    """A Highs instance; without ``verbose`` its copyright banner (printed by the C++
+    constructor straight to file descriptor 1) does not reach the user's stdout."""
+    import os
+    import sys
+
+    if verbose:
+        return highspy.Highs()
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.setOptionValue("output_flag", False)
+    return h
+
+
 def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
         threads: int | None = None, seed: int = 0, relax: bool = False,
         start: np.ndarray | None = None, progress: Callable[[dict], None] | None = None,
         verbose: bool = False) -> BackendResult:
     """Solve the model in ``arrays`` (see ``MilpModel.arrays``); ``relax`` drops integrality."""
     highspy = _highspy()
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", bool(verbose))
+    h = _new_highs(highspy, verbose)
     h.passModel(_lp(highspy, arrays, relax))
     _set_options(h, time_limit, mip_rel_gap, threads, seed)
     if start is not None and not relax:
