@@ -235,9 +235,11 @@ def one_thread():
 
 
 ZOO = ("vgg16", "vgg19", "resnet50", "mobilenet_v2", "fcn_resnet50", "unet", "gpt2")
+SLOW = ("vgg19",)  # VGG16 with three more convolutions: kept out of the quick run
 
 
-@pytest.fixture(scope="module", params=sorted(MODELS) + [f"zoo:{n}" for n in ZOO])
+@pytest.fixture(scope="module", params=sorted(MODELS) + [
+    pytest.param(f"zoo:{n}", marks=[pytest.mark.slow] if n in SLOW else []) for n in ZOO])
 def captured(request):
     name = request.param.removeprefix("zoo:")
     model, inputs, loss_fn = load(name)
