@@ -45,7 +45,7 @@ def _stage(graph, t: int, current: np.ndarray, following: np.ndarray) -> tuple[f
     replay.used = replay.peak = graph.static_mem + float(np.dot(current, graph.mem[:t]))
     keep = S[t + 1] if t + 1 < size else np.zeros(size, dtype=bool)
     replay.run_stage(t, np.flatnonzero(R[t]), np.flatnonzero(S[t]), keep)
-    return replay.cost, replay.peak
+    return float(graph.cost[R[t]].sum()), replay.peak
 
 
 def _search(graph, combine, score):

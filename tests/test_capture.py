@@ -227,6 +227,12 @@ def test_op_granularity_is_finer_and_valid():
     fine = capture(model, inputs, loss_fn, cost_model="unit", granularity="op")
     assert fine.graph.size > coarse.graph.size
     _check_contract(fine)
+    before = _state(model)
+    loss, grads, _ = _captured(fine, model, inputs)
+    model.load_state_dict(before)
+    loss_e, grads_e, _ = _eager(model, inputs, loss_fn)
+    assert torch.allclose(loss, loss_e)
+    assert all(torch.allclose(grads[k], grads_e[k]) for k in grads)
     with pytest.raises(ValueError, match="granularity"):
         capture(model, inputs, loss_fn, granularity="layer")
 
@@ -335,3 +341,34 @@ def test_remat_capture_is_callable_after_import():
 
     assert callable(package) and remat.capture is package
     assert remat.capture.Capture is Capture
+
+
+class MixedInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, scale: int, batch: dict):
+        return (self.fc(x) * scale).sum() + self.fc(batch["a"]).square().mean()
+
+
+def test_int_and_dict_inputs():
+    model = MixedInputs()
+    inputs = (torch.randn(2, 4), 3, {"b": torch.randn(1), "a": torch.randn(3, 4)})
+    cap = capture(model, inputs, cost_model="unit")
+    loss, grads, _ = _captured(cap, model, inputs)
+    loss_e, grads_e, _ = _eager(model, inputs, None)
+    assert torch.allclose(loss, loss_e) and all(torch.allclose(grads[k], grads_e[k]) for k in grads)
+    with pytest.raises(UnsupportedModelError, match="baked into the graph"):
+        cap.run(inputs[0], 4, inputs[2])
+
+
+def test_captured_graph_feeds_the_solvers():
+    model, inputs, loss_fn = remat.zoo.load("vgg16", tiny=True)
+    cap = capture(model, inputs, loss_fn, cost_model="flops")
+    graph = cap.graph
+    full = remat.solve(graph, "100%", method="checkpoint-all")
+    assert full.peak_memory == checkpoint_all_peak(graph)
+    budget = remat.parse_budget("80%", graph)
+    sol = remat.solve(graph, budget, method="chen-greedy")
+    assert sol.status in ("optimal", "feasible") and sol.peak_memory <= budget

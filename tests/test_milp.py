@@ -192,3 +192,24 @@ def test_gap_option_and_no_warm_start():
     assert loose.status in ("optimal", "feasible")
     assert loose.compute_cost <= exact.compute_cost * 1.5 + 1e-9
     assert loose.lower_bound <= exact.compute_cost + 1e-9
+
+
+def test_ctrl_c_returns_best_schedule_as_timeout():
+    """SIGINT during the HiGHS run (sent from the progress callback, so it lands while the
+    solver thread runs) cancels it; milp returns its best schedule with status "timeout"."""
+    import os
+    import signal
+
+    graph = remat.graphs.linear(16, unit=True)
+    sent = []
+
+    def interrupt(event):
+        if not sent:
+            sent.append(event)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    sol = remat.solve(graph, 6, method="milp", time_limit=60, progress=interrupt)
+    assert sent
+    assert sol.status == "timeout" and sol.details["backend_status"] == "interrupted"
+    assert sol.solve_time < 30
+    check_fits(graph, sol, 6)

@@ -20,8 +20,14 @@ from remat.graph.core import RematGraph
 class Capture:
     """A captured training step: the remat graph and everything the runtime needs to run it.
 
-    See /work/helpers/CAPTURE_INTERFACE.md (the contract with the runtime) for the fields.
-    ``storages`` maps each joint value to its storage and bytes (views share their base's).
+    ``joint``: the functional aten forward+backward graph of one step, flat positional
+    placeholders (described by ``placeholders``) and a flat tuple of outputs (``outputs``),
+    laid out node after node: ``node_groups[i]`` are the fx names of remat node i, and
+    concatenated they are the joint's ops in order. ``value_nodes[i]``: the fx nodes of group
+    i read by other groups or returned; ``graph.mem[i]`` is the bytes of their distinct
+    non-static storages. ``random_nodes``: nodes holding a random op (dropout), each starting
+    with it. ``storages`` maps each joint value to its storage and bytes (views share their
+    base's). The field names are a contract with the runtime; add, never rename.
     """
 
     graph: RematGraph
@@ -89,6 +95,10 @@ def check_inputs(cap: Capture, inputs) -> None:
         raise UnsupportedModelError(f"the step was captured for {len(expected)} input tensors, "
                                     f"got {len(got)}; capture again for other inputs")
     for i, (a, b) in enumerate(zip(got, expected)):
+        if not isinstance(b, torch.Tensor) and not isinstance(a, torch.Tensor) and a != b:
+            raise UnsupportedModelError(f"input {i} is {a!r}, but the step was captured for "
+                                        f"{b!r} (non-tensor inputs are baked into the graph); "
+                                        "capture again for this value")
         if isinstance(b, torch.Tensor) and (not isinstance(a, torch.Tensor) or a.shape != b.shape
                                             or a.dtype != b.dtype or a.device != b.device):
             desc = f"{tuple(a.shape)} {a.dtype} {a.device}" if isinstance(a, torch.Tensor) else type(a).__name__
@@ -106,6 +116,7 @@ def capture(model: nn.Module, example_inputs, loss_fn=None, cost_model="profile"
     ``"unit"``. ``granularity``: ``"module"`` (one node per module call) or ``"op"``.
     The model's parameters, buffers and the RNG state are left as they were.
     """
+    _check_options(model, cost_model, granularity)
     start = time.perf_counter()
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     joint, in_descs, out_descs = trace_joint(model, inputs, loss_fn)
@@ -123,6 +134,20 @@ def capture(model: nn.Module, example_inputs, loss_fn=None, cost_model="profile"
     costs = node_costs(cap, cost_model)
     graph = _with_costs(cap.graph, costs, cost_model)
     return _replace(cap, graph=graph, capture_time=time.perf_counter() - start)
+
+
+def _check_options(model, cost_model, granularity) -> None:
+    """Fail before tracing (which takes a while) on options that cannot work."""
+    from remat.capture.grouping import GRANULARITIES
+    from remat.costs import COST_MODELS
+
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"capture needs a torch.nn.Module, got {type(model).__name__}")
+    if not callable(cost_model) and cost_model not in COST_MODELS:
+        raise ValueError(f"unknown cost_model {cost_model!r}; use one of "
+                         f"{', '.join(COST_MODELS)} or a callable(capture) -> costs")
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
 
 
 def _assemble(model, inputs, joint, groups: list[Group], storages, static, placeholders,

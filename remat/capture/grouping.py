@@ -1,18 +1,22 @@
 """Group the joint graph's aten ops into remat nodes (Checkmate's layer-level graphs).
 
-A *unit* is one aten op with the ``getitem``s that read its tuple output and the view/detach
-ops aliasing its storage (a view joins the op that owns its storage, so that a node never
-exposes an alias of another node's memory). ``granularity="op"``: one remat node per unit.
+A *unit* is one aten op with the ``getitem``s reading its tuple output and the view/detach
+ops aliasing its storage: a view joins the op that owns its storage (views of a parameter,
+one copy per reader, join their reader), so a node never exposes an alias of another node's
+memory. ``granularity="op"``: one remat node per unit.
 
-``granularity="module"`` (default): consecutive units of the same module call and phase are
-fused while the fused values stay internal: a unit joins the next one when everything it
-produces that others read (static storages aside) is read by that next unit only. So a
-node's outputs share one lifetime, which is what the memory model assumes, and a module
-call becomes one node or a few (conv | batchnorm, or attention's matmul+scale+mask+softmax).
-Functional ops belong to the enclosing module (``F.relu`` in ``Net.forward`` is a node of
-``Net``); backward ops are attributed to the module whose backward they are, and backward ops
-without a module (gradient-accumulation adds) to the run before them. Random ops (dropout)
-always form a node of their own, so that nothing else is pinned with them.
+``granularity="module"`` (default): the memory model gives each node ONE output with one
+lifetime, so units are fused exactly where that holds: a group absorbs the units reading its
+values while those values are read by nobody else (conv+ReLU, BatchNorm+ReLU, attention's
+matmul+scale+mask+softmax, BatchNorm+residual add+ReLU), values an 8th of the group's
+largest or less (BatchNorm's mean and inverse std) may outlive the rest, and units whose
+values only the step's outputs read (buffer updates, weight gradients) ride along with the
+next unit. Forward units fuse across modules (only transients are fused); backward units
+fuse within the module whose backward they are (the gradient chain is all transients), and
+backward ops without a module (gradient accumulation) join the run before them. Functional
+ops belong to the enclosing module (``F.relu`` in ``Net.forward`` is ``Net``'s). A random op
+(dropout) never joins an earlier group, so a random node starts with its random op.
+Groups are named ``fwd:``/``bwd:`` + the module paths they cover.
 """
 from __future__ import annotations
 

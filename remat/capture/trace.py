@@ -9,10 +9,12 @@ are translated into ``UnsupportedModelError`` naming the user's source line or t
 from __future__ import annotations
 
 import contextlib
+import io
 import linecache
 import logging
 import os
 import re
+import sys
 import traceback
 
 import torch
@@ -58,12 +60,7 @@ def trace_joint(model: nn.Module, inputs: tuple, loss_fn=None):
 
     step = StepModule(model, loss_fn)
     with _quiet_tracer():
-        try:
-            exported = torch.export.export(step, tuple(inputs), strict=False)
-        except UnsupportedModelError:
-            raise
-        except Exception as exc:  # translate the tracer's many error types into one
-            raise _unsupported(exc) from exc
+        exported = _export(step, tuple(inputs))
         try:
             with contextlib.ExitStack() as stack:
                 joint = aot_export_joint_with_descriptors(stack, exported.module(), tuple(inputs))
@@ -73,6 +70,21 @@ def trace_joint(model: nn.Module, inputs: tuple, loss_fn=None):
                 _generated_code_line(exc) or _last_user_frame(str(exc))
             raise _unsupported(exc, line) from exc
     return _flat_graph_module(gm)
+
+
+def _export(step: StepModule, inputs: tuple):
+    """torch.export the step; on failure torch prints the partial graph to stderr before
+    raising, which the error we raise instead makes noise: keep stderr only on success."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            exported = torch.export.export(step, inputs, strict=False)
+    except UnsupportedModelError:
+        raise
+    except Exception as exc:  # translate the tracer's many error types into one
+        raise _unsupported(exc) from exc
+    sys.stderr.write(captured.getvalue())
+    return exported
 
 
 @contextlib.contextmanager

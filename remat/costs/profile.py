@@ -1,10 +1,13 @@
 """``"profile"`` cost model: time every joint op on the model's device.
 
-The joint graph runs once, op by op, with the model's real tensors, each value freed after its
-last use (so memory stays that of one training step). Each op runs ``warmup`` times untimed and
-then up to ``repeats`` times timed (fewer for slow ops, see ``ProfileOptions``); its cost is the
-median. The graph is functional, so parameters and buffers are only read; the RNG state is
-restored afterwards so that profiling leaves no trace. Timings on a shared CPU are noisy.
+The joint graph runs once, op by op, with the model's real tensors (index ops need real
+indices), each value freed after its last use, so memory stays that of one training step.
+Each op's first run is timed; a slow op (over ``ProfileOptions.op_seconds``) keeps that time,
+a fast one counts it as its warm-up and is timed ``repeats`` more times (the median). An op
+with the same signature (op, shapes, strides, dtypes, arguments) as one already timed reuses
+its time: repeated layers cost one measurement. The graph is functional, so parameters and
+buffers are only read; the RNG state is restored afterwards so that profiling leaves no
+trace. Timings on a shared CPU are noisy.
 """
 from __future__ import annotations
 
@@ -21,13 +24,11 @@ from remat.costs import per_group
 
 @dataclass(frozen=True)
 class ProfileOptions:
-    warmup: int = 1
-    """Untimed runs of each op before timing (allocator, caches, lazy init)."""
     repeats: int = 3
-    """Most timed runs per op; the cost is their median."""
-    op_seconds: float = 0.05
-    """Timed runs stop once they have taken this long (but at least one runs): slow ops vary
-    little relative to their length, and this keeps big models fast to capture."""
+    """Timed runs of a fast op after its first (warm-up) run; its cost is their median."""
+    op_seconds: float = 0.02
+    """An op whose first run takes longer keeps that single timing: one-off costs are small
+    against it, and re-running slow ops would make big models slow to capture."""
 
 
 def profile_costs(cap, options: ProfileOptions = ProfileOptions()) -> list[float]:
@@ -45,6 +46,7 @@ def _time_ops(joint: fx.GraphModule, args: list, device, options: ProfileOptions
     env: dict[str, object] = {}
     args_iter = iter(args)
     times: dict[str, float] = {}
+    known: dict[tuple, float] = {}
     for index, node in enumerate(nodes):
         if node.op == "placeholder":
             env[node.name] = next(args_iter)
@@ -53,22 +55,36 @@ def _time_ops(joint: fx.GraphModule, args: list, device, options: ProfileOptions
             if node.target is operator.getitem:
                 env[node.name] = operator.getitem(*call_args)
             else:
+                key = _signature(node.target, call_args, call_kwargs)
                 env[node.name], times[node.name] = _timed(node.target, call_args, call_kwargs,
-                                                          device, options)
+                                                          device, options, known.get(key))
+                known[key] = times[node.name]
         for name in last_use.get(index, ()):
             env.pop(name, None)
     return times
 
 
-def _timed(fn, args, kwargs, device, options: ProfileOptions):
-    for _ in range(options.warmup):
-        out = fn(*args, **kwargs)
+def _timed(fn, args, kwargs, device, options: ProfileOptions, known: float | None):
+    out, first = _run_once(fn, args, kwargs, device)
+    if known is not None or first >= options.op_seconds or options.repeats < 1:
+        return out, first if known is None else known
+    samples = []
+    for _ in range(options.repeats):
         del out
-    samples: list[float] = []
-    while not samples or (len(samples) < options.repeats and sum(samples) < options.op_seconds):
         out, seconds = _run_once(fn, args, kwargs, device)
         samples.append(seconds)
     return out, statistics.median(samples)
+
+
+def _signature(target, args, kwargs) -> tuple:
+    """What decides an op's run time: the op and its arguments' shapes, strides and dtypes."""
+    def describe(value):
+        if isinstance(value, torch.Tensor):
+            return ("T", tuple(value.shape), value.stride(), value.dtype, value.device.type)
+        return repr(value)
+
+    flat = fx.node.map_aggregate((args, kwargs), describe)
+    return (str(target), repr(flat))
 
 
 def _run_once(fn, args, kwargs, device):

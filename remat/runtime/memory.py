@@ -12,6 +12,7 @@ Either way peak bytes include what was alive at the start, so they compare with
 from __future__ import annotations
 
 import gc
+import warnings
 import weakref
 
 import torch
@@ -63,9 +64,12 @@ class StorageTracker(TorchDispatchMode):
 
     def __enter__(self):
         gc.collect()
-        for obj in gc.get_objects():
-            if isinstance(obj, torch.Tensor):
-                self._track(obj)
+        with warnings.catch_warnings():  # isinstance() on some deprecated torch objects warns
+            warnings.simplefilter("ignore")
+            tensors = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
+        for tensor in tensors:
+            self._track(tensor)
+        del tensors
         self.peak = self.current
         return super().__enter__()
 

@@ -1,17 +1,26 @@
 """``auto``: pick the method by the graph's shape and size; report the bound it proved.
 
 Runs the methods that suit the graph in order of cost and returns the cheapest schedule that
-fits, with the best lower bound any of them proved.
+fits, with the best lower bound any of them proved: the heuristics always; then ``milp``
+(warm-started from the best of them) on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP
+relaxation with rounding (``lp-rounding``, whose LP optimum is a proven bound) up to
+``LP_MAX_NODES``. Without a ``time_limit`` those exact steps get ``DEFAULT_TIME_LIMIT`` seconds.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions, solver
 
 HEURISTICS = ("checkpoint-all", "chen-greedy", "ap-greedy", "chen-sqrtn", "ap-sqrtn")
+MILP_MAX_NODES = 80
+"""milp proves optimality within seconds to a minute up to about this size (bench_milp.py)."""
+LP_MAX_NODES = 400
+"""The LP relaxation stays within seconds up to about this size."""
+DEFAULT_TIME_LIMIT = 30.0
 
 
 def candidate_methods(graph: RematGraph) -> list[str]:
@@ -19,11 +28,17 @@ def candidate_methods(graph: RematGraph) -> list[str]:
     methods = list(HEURISTICS)
     if graph.is_chain and len(graph.forward_nodes) >= 2:
         methods.append("griewank")
+    if graph.size <= MILP_MAX_NODES:
+        methods.append("milp")
+    elif graph.size <= LP_MAX_NODES:
+        methods.append("lp-rounding")
     return methods
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     start = time.perf_counter()
+    if options.time_limit is None:
+        options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
     results = [solver(name)(graph, budget, options) for name in candidate_methods(graph)]
     feasible = [r for r in results if r.feasible]
     elapsed = time.perf_counter() - start
@@ -33,7 +48,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         return Solution.infeasible(graph, "auto", budget, min_budget, solve_time=elapsed,
                                    tried=[r.method for r in results])
     best = min(feasible, key=lambda r: (r.compute_cost, r.peak_memory))
-    status = "optimal" if best.compute_cost <= bound * (1 + 1e-9) else "feasible"
+    status = "optimal" if best.compute_cost <= bound * (1 + 1e-9) else \
+        ("timeout" if any(r.status == "timeout" for r in results) else "feasible")
     return Solution.from_schedule(graph, best.R, best.S, "auto", status, budget,
                                   lower_bound=bound, solve_time=elapsed, min_budget=min_budget,
                                   chosen=best.method, tried=[r.method for r in results])

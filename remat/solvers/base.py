@@ -54,6 +54,8 @@ _REGISTRY: dict[str, str] = {
     "lp-rounding": "remat.solvers.lp_rounding",
     "lp-randomized": "remat.solvers.lp_randomized",
     "milp": "remat.solvers.milp",
+    "chain-dp": "remat.solvers.chain_dp",
+    "cpsat": "remat.solvers.cpsat",
     "auto": "remat.solvers.auto",
 }
 

@@ -1,0 +1,149 @@
+"""Benchmark: the fast methods against the plain Checkmate MILP on the same graphs and budgets.
+
+    PYTHONPATH=. python bench/bench_fast.py chains [--sizes 8,16,...] [--milp-max-n 16]
+        [--time-limit 30] [-o bench/results/fast_chains]
+    PYTHONPATH=. python bench/bench_fast.py dags [--time-limit 30] [-o bench/results/fast_dags]
+
+``chains``: for every chain ``remat.graphs.linear(n, unit)`` and budget (fractions of the range
+from the smallest feasible budget to the checkpoint-all peak), runs ``chain-dp`` (exact),
+``griewank`` (the classical baseline) and, where the graph is small enough, ``milp`` with a
+time limit. ``dags``: ``milp`` (HiGHS) against ``cpsat`` (the same model on CP-SAT) on small
+U-Nets, random DAGs and chains, at budgets above the exact smallest one.
+Rows (graph, budget, method) go to CSV and JSON as they come: solve time, cost, proven bound,
+gap, and the time ratio to the reference method. Timings are wall clock on a shared machine:
+noisy.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import sys
+import time
+
+import remat
+from remat.schedule.budget import checkpoint_all_peak
+from remat.solvers import SolveOptions, solver
+
+FRACTIONS = (0.0, 0.1, 0.3, 0.6)
+
+
+def budgets(graph) -> list[tuple[float, float]]:
+    """(fraction, bytes) from the exact smallest budget (fraction 0) to the full peak (1)."""
+    least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+    peak = checkpoint_all_peak(graph)
+    return [(f, least + f * (peak - least)) for f in FRACTIONS]
+
+
+def row(graph_name, n, unit, fraction, budget, sol, wall) -> dict:
+    return dict(graph=graph_name, n=n, unit=unit, T=2 * n + 1, budget_fraction=fraction,
+                budget_bytes=budget, method=sol.method, status=sol.status,
+                cost=sol.compute_cost if sol.feasible else None,
+                lower_bound=sol.lower_bound if sol.feasible else None,
+                gap=sol.gap, solve_time=round(wall, 4))
+
+
+def run_chains(sizes, milp_max_n, milp_limit, stem, log=sys.stderr) -> list[dict]:
+    rows: list[dict] = []
+    have_milp = "milp" in remat.METHODS
+    for n in sizes:
+        for unit in (True, False):
+            graph = remat.graphs.linear(n, unit=unit)
+            name = f"linear{n}{'-unit' if unit else ''}"
+            for fraction, budget in budgets(graph):
+                methods = ["chain-dp", "griewank"]
+                if have_milp and n <= milp_max_n:
+                    methods.append("milp")
+                for method in methods:
+                    opts = SolveOptions(time_limit=milp_limit if method == "milp" else None)
+                    start = time.perf_counter()
+                    sol = solver(method)(graph, budget, opts)
+                    rows.append(row(name, n, unit, fraction, budget, sol, time.perf_counter() - start))
+                    report(rows, stem, "chain-dp", log)
+    return rows
+
+
+DAGS = {
+    "chain8-unit": lambda: remat.graphs.linear(8, unit=True),
+    "chain16-unit": lambda: remat.graphs.linear(16, unit=True),
+    "unet2-unit": lambda: remat.graphs.unet(2, unit=True),
+    "unet3": lambda: remat.graphs.unet(3),
+    "dag12-s2-unit": lambda: remat.graphs.random_dag(12, seed=2, unit=True),
+    "dag20-s3": lambda: remat.graphs.random_dag(20, seed=3),
+    "dag30-s4": lambda: remat.graphs.random_dag(30, seed=4),
+}
+
+
+def run_dags(limit, stem, log=sys.stderr) -> list[dict]:
+    from remat.solvers.min_budget import min_budget
+
+    rows: list[dict] = []
+    for name, make in DAGS.items():
+        graph = make()
+        least = min_budget(graph, SolveOptions(time_limit=limit)).peak_memory
+        peak = checkpoint_all_peak(graph)
+        for fraction in (0.1, 0.4):
+            budget = least + fraction * (peak - least)
+            for method in ("milp", "cpsat"):
+                start = time.perf_counter()
+                sol = solver(method)(graph, budget, SolveOptions(time_limit=limit))
+                n = len(graph.forward_nodes) - 1
+                rows.append(row(name, n, None, fraction, budget, sol, time.perf_counter() - start))
+                rows[-1]["T"] = graph.size
+                report(rows, stem, "milp", log)
+    return rows
+
+
+def report(rows: list[dict], stem: str, reference: str, log) -> None:
+    """Log the newest row, add time ratios, rewrite the result files (a cut-short run keeps
+    what it measured)."""
+    r = rows[-1]
+    print(f"{r['graph']:<16} f={r['budget_fraction']:<4} {r['method']:<9} {r['status']:<10} "
+          f"cost={r['cost']} bound={r['lower_bound']} {r['solve_time']:.3f}s", file=log, flush=True)
+    add_ratios(rows, reference)
+    write(rows, stem, "python bench/bench_fast.py " + " ".join(sys.argv[1:]))
+
+
+def add_ratios(rows: list[dict], reference: str) -> None:
+    """Each row gets time_vs_ref = its solve time / the reference method's on the same graph
+    and budget."""
+    ref = {(r["graph"], r["budget_fraction"]): r["solve_time"] for r in rows
+           if r["method"] == reference}
+    for r in rows:
+        base = ref.get((r["graph"], r["budget_fraction"]))
+        r["time_vs_ref"] = round(r["solve_time"] / base, 2) if base else None
+
+
+def write(rows: list[dict], stem: str, command: str) -> None:
+    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
+    with open(stem + ".csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    meta = dict(command=command, machine=platform.platform(), python=platform.python_version(),
+                note="wall-clock seconds on a 2-core machine shared with other jobs: noisy")
+    with open(stem + ".json", "w") as f:
+        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("suite", choices=("chains", "dags"))
+    p.add_argument("--sizes", default="8,16,32,64,128,256")
+    p.add_argument("--milp-max-n", type=int, default=16)
+    p.add_argument("--time-limit", type=float, default=30.0, help="seconds per milp/cpsat solve")
+    p.add_argument("-o", "--output", default=None)
+    args = p.parse_args(argv)
+    stem = args.output or f"bench/results/fast_{args.suite}"
+    if args.suite == "chains":
+        run_chains([int(s) for s in args.sizes.split(",")], args.milp_max_n, args.time_limit, stem)
+    else:
+        run_dags(args.time_limit, stem)
+    print(f"wrote {stem}.csv and .json", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""``chain-dp``: the exact optimum for linear chains, by dynamic programming (Rotor-style).
+
+The chain (``remat.graphs.linear``) has forward nodes f_0..f_{n-1}, the loss L, and backward
+nodes b_k reading g_{k+1} (the gradient from above, L for k = n-1), a_{k-1} and a_k (a_i is the
+output of f_i). Under DESIGN.md's memory rule a value lives from its computation to its last
+read (or to a later stage that keeps it), so a schedule is a sequence of computations and its
+peak is the largest ``static + live values + the output being computed``.
+
+The recursion follows Herrmann et al. 2019 ("Optimal checkpointing for heterogeneous chains",
+Rotor) adapted to this graph, where one value a_k is both the checkpoint and the tape of layer
+k. ``_best(s, t, top, M)`` is the least cost of running backward stages b_t..b_s when, at the
+start of stage b_t, a_{s-1} (the base) and g_{t+1} are resident, a_t is resident iff ``top``,
+nothing else of a_s..a_t is, and at most M bytes (above what outer stages hold) may be used.
+Stage b_t runs forward from the base to some j < t and stores a_j (the first checkpoint); the
+part above j is the same problem with base a_j, the part below is the same problem with base
+a_{s-1} and gradient g_{j+1}, with a_j kept (``top``) or dropped. The forward pass is the same
+recursion without an incoming gradient, ending with L.
+
+Exactness: the recursion covers every schedule in which a stored checkpoint stays until its
+last use, each stage runs one forward sweep from the highest checkpoint below it, and no
+backward node is recomputed. That these schedules contain an optimum for this graph family is
+checked, not proved here: ``tests/test_fast_solvers.py`` compares the DP with an exhaustive
+search over every S on tiny chains (every budget) and with ``milp`` on the shared case table.
+Costs and sizes are exact (no memory discretization): memo keys hold the exact remaining bytes.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from remat.errors import RematError
+from remat.graph.core import RematGraph
+from remat.schedule.rs import s_from_r
+from remat.schedule.solution import Solution
+from remat.solvers.base import SolveOptions
+from remat.solvers.griewank import UnsupportedGraphError
+
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The sizes and costs of a chain training graph, by layer."""
+
+    n: int
+    fwd_cost: tuple[float, ...]
+    fwd_mem: tuple[float, ...]
+    bwd_cost: tuple[float, ...]
+    grad_mem: tuple[float, ...]  # grad_mem[k]: size of g_k (output of b_k); grad_mem[n]: loss
+    loss_cost: float
+
+
+def applies(graph: RematGraph) -> bool:
+    """True when ``chain-dp`` can solve ``graph`` (``auto`` and method lists can ask first)."""
+    try:
+        chain_of(graph)
+    except UnsupportedGraphError:
+        return False
+    return True
+
+
+def chain_of(graph: RematGraph) -> Chain:
+    """The chain view of ``graph``; raises UnsupportedGraphError if it is not a linear chain
+    training step (f_0..f_{n-1}, loss, b_{n-1}..b_0 with b_k reading g_{k+1}, a_{k-1}, a_k)."""
+    n = len(graph.forward_nodes) - 1
+    if n < 1 or not graph.is_chain or graph.size != 2 * n + 1:
+        raise UnsupportedGraphError(
+            "chain-dp handles linear chains only (remat.graphs.linear shape: n layers, a loss, n "
+            "mirrored backward nodes); use milp, cpsat or auto for this graph")
+    for k in range(n):
+        node = 2 * n - k
+        above = n if k == n - 1 else 2 * n - k - 1
+        want = tuple(sorted({above, k} | ({k - 1} if k else set())))
+        if graph.deps[node] != want or not graph.is_backward[node]:
+            raise UnsupportedGraphError(
+                f"chain-dp: {graph.describe(node)} should read nodes {list(want)} (gradient from "
+                f"above, layer input, layer output) but reads {list(graph.deps[node])}; use milp")
+    cost, mem = graph.cost, graph.mem
+    return Chain(n=n, fwd_cost=tuple(map(float, cost[:n])), fwd_mem=tuple(map(float, mem[:n])),
+                 bwd_cost=tuple(float(cost[2 * n - k]) for k in range(n)),
+                 grad_mem=tuple(float(mem[2 * n - k]) for k in range(n)) + (float(mem[n]),),
+                 loss_cost=float(cost[n]))
+
+
+class _ChainDP:
+    """Memoised recursion over (segment, top, bytes); ``choice`` records each state's argmin.
+
+    Three exact shortcuts keep the state count down: a state whose budget covers the peak of
+    storing every value (``store_peak``) costs exactly one computation per node (the least
+    any schedule can pay); a state whose budget is below ``need`` (some backward node's own
+    operands do not fit) is infeasible; and states are keyed by the *content* of their
+    segment (``segment_id``: base size, every layer's costs and sizes, the gradient above),
+    so the repeated layers of a uniform or block-repetitive chain share one solution.
+    """
+
+    def __init__(self, chain: Chain):
+        self.c = chain
+        n = chain.n
+        self.memo: dict[tuple, float] = {}
+        self.choice: dict[tuple, tuple[int, int]] = {}
+        self.fwd_prefix = _prefix(chain.fwd_cost)
+        self.bwd_prefix = _prefix(chain.bwd_cost)
+        self.need, self.store_peak = _range_tables(chain)
+        self.base = [0.0] + list(chain.fwd_mem[:n - 1])  # base[s]: size of a_{s-1}
+        self.segment_id = _segment_ids(chain, self.base)
+
+    def store_cost(self, s: int, t: int, top: int) -> float:
+        """Cost of stages b_t..b_s when every value is stored: each node once."""
+        fwd = self.fwd_prefix[t + 1 - top] - self.fwd_prefix[s]
+        return fwd + self.bwd_prefix[t + 1] - self.bwd_prefix[s]
+
+    def best(self, s: int, t: int, top: int, budget: float) -> float:
+        """Least cost of backward stages b_t..b_s (see the module docstring)."""
+        if budget < self.need[s][t]:
+            return INF
+        if budget >= self.store_peak[s][t]:
+            return self.store_cost(s, t, top)
+        key = (self.segment_id[s][t], top, budget)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = self._split(s, t, top, budget, key)
+        return hit
+
+    def _split(self, s: int, t: int, top: int, budget: float, key) -> float:
+        """Try every first checkpoint j in s..t-1 of the forward sweep of stage b_t."""
+        c = self.c
+        mem = c.fwd_mem
+        base = self.base[s]
+        # the top segment's sweep is the forward pass itself: no gradient exists yet
+        above = c.grad_mem[t + 1] if t < c.n - 1 else 0.0
+        extra = base + above + (mem[t] if top else 0.0)
+        # Every node of the segment runs once, and a_s..a_{j-1}, which the sweep does not
+        # store, run again below j: ``floor + sweep before j`` bounds choice j from below and
+        # grows with j, so the loop stops once it reaches the best total found.
+        floor = self.store_cost(s, t, top)
+        best, run_cost, run_peak = INF, 0.0, 0.0
+        for j in range(s, t):
+            if floor + run_cost >= best:
+                break
+            run_peak = max(run_peak, extra + (mem[j - 1] if j > s else 0.0) + mem[j])
+            run_cost += c.fwd_cost[j]
+            if run_peak > budget:
+                break
+            upper = run_cost + self.best(j + 1, t, top, budget - base)
+            if upper + self.store_cost(s, j, 1) >= best:
+                continue
+            for keep in (1, 0):
+                total = upper + self.best(s, j, keep, budget)
+                if total < best:
+                    best = total
+                    self.choice[key] = (j - s, keep)
+        return best
+
+    # ----- schedule reconstruction -------------------------------------------------------
+    def stage_of(self, t: int, node: int) -> int:
+        """Stage of a forward computation in the sweep that serves b_t (the forward pass for
+        the top segment, stage b_t otherwise)."""
+        n = self.c.n
+        return node if t == n - 1 else 2 * n - t
+
+    def recomputed(self, s: int, t: int, top: int, budget: float, ops: list) -> None:
+        """Append the (stage, node) forward computations of ``best(s, t, top, budget)``."""
+        if budget >= self.store_peak[s][t]:
+            ops += [(self.stage_of(t, i), i) for i in range(s, t + 1 - top)]
+            return
+        offset, keep = self.choice[(self.segment_id[s][t], top, budget)]
+        j = s + offset
+        ops += [(self.stage_of(t, i), i) for i in range(s, j + 1)]
+        self.recomputed(j + 1, t, top, budget - self.base[s], ops)
+        self.recomputed(s, j, keep, budget, ops)
+
+    def min_peak(self) -> float:
+        """The smallest peak above static memory of any schedule in the DP's class."""
+        memo: dict[tuple, float] = {}
+        for length in range(self.c.n):
+            for s in range(self.c.n - length):
+                for top in (0, 1):
+                    memo[(s, s + length, top)] = self._min_peak_split(s, s + length, top, memo)
+        return memo[(0, self.c.n - 1, 0)]
+
+    def _min_peak_split(self, s: int, t: int, top: int, memo: dict) -> float:
+        if s == t:
+            return self.need[s][s]
+        c, base = self.c, self.base[s]
+        extra = base + (c.grad_mem[t + 1] if t < c.n - 1 else 0.0) + (c.fwd_mem[t] if top else 0.0)
+        best, run_peak = INF, 0.0
+        for j in range(s, t):
+            run_peak = max(run_peak, extra + (c.fwd_mem[j - 1] if j > s else 0.0) + c.fwd_mem[j])
+            lower = min(memo[(s, j, 1)], memo[(s, j, 0)])
+            best = min(best, max(run_peak, base + memo[(j + 1, t, top)], lower))
+        return best
+
+
+def _prefix(values) -> list[float]:
+    out = [0.0]
+    for v in values:
+        out.append(out[-1] + v)
+    return out
+
+
+def _segment_ids(chain: Chain, base: list[float]) -> list[list[int]]:
+    """``ids[s][t]``: equal for two segments exactly when their DP subproblems are identical
+    (same base size, same layer costs and sizes in order, same gradient above, both or neither
+    the top segment)."""
+    n = chain.n
+    layers = [(chain.fwd_cost[k], chain.fwd_mem[k], chain.grad_mem[k], chain.bwd_cost[k])
+              for k in range(n)]
+    interned: dict[tuple, int] = {}
+    ids = [[-1] * n for _ in range(n)]
+    for s in range(n):
+        prefix = interned.setdefault(("base", base[s]), len(interned))
+        for t in range(s, n):
+            prefix = interned.setdefault((prefix, layers[t]), len(interned))
+            top_segment = t == n - 1
+            ids[s][t] = interned.setdefault((prefix, chain.grad_mem[t + 1], top_segment),
+                                            len(interned))
+    return ids
+
+
+def _range_tables(chain: Chain) -> tuple[list[list[float]], list[list[float]]]:
+    """``need[s][t]``: the largest operand set of one backward node b_k, s <= k <= t (with
+    base a_{s-1}); ``store_peak[s][t]``: the peak of stages b_t..b_s when every value is stored."""
+    n, m, g = chain.n, chain.fwd_mem, chain.grad_mem
+    prefix = _prefix(m)
+    need = [[INF] * n for _ in range(n)]
+    store = [[INF] * n for _ in range(n)]
+    for s in range(n):
+        base = m[s - 1] if s else 0.0
+        operands = m[s] + g[s + 1] + g[s]
+        stored = prefix[s + 1] + g[s + 1] + g[s]
+        for t in range(s, n):
+            if t > s:
+                operands = max(operands, m[t - 1] + m[t] + g[t + 1] + g[t])
+                stored = max(stored, prefix[t + 1] + g[t + 1] + g[t])
+            need[s][t] = base + operands
+            store[s][t] = base - prefix[s] + stored
+    return need, store
+
+
+def optimal_cost(chain: Chain, free_mem: float) -> tuple[float, _ChainDP]:
+    """The least compute cost within ``free_mem`` bytes above static memory (inf if none)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20 * chain.n + 1000))
+    try:
+        dp = _ChainDP(chain)
+        return dp.best(0, chain.n - 1, 0, free_mem) + chain.loss_cost, dp
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def schedule(graph: RematGraph, dp: _ChainDP, free_mem: float) -> tuple[np.ndarray, np.ndarray]:
+    """R/S of the optimal schedule the DP found (every node in its own stage, plus the
+    forward recomputations of the backward stages)."""
+    ops: list[tuple[int, int]] = []
+    dp.recomputed(0, dp.c.n - 1, 0, free_mem, ops)
+    R = np.eye(graph.size, dtype=bool)
+    for stage, node in ops:
+        R[stage, node] = True
+    return R, s_from_r(graph, R)
+
+
+def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
+    start = time.perf_counter()
+    chain = chain_of(graph)
+    free_mem = float(budget) - graph.static_mem
+    cost, dp = optimal_cost(chain, free_mem)
+    if cost == INF:
+        least = graph.static_mem + dp.min_peak()
+        return Solution.infeasible(graph, "chain-dp", budget, min_budget=least,
+                                   solve_time=time.perf_counter() - start)
+    R, S = schedule(graph, dp, free_mem)
+    elapsed = time.perf_counter() - start
+    sol = Solution.from_schedule(graph, R, S, "chain-dp", "optimal", budget, lower_bound=cost,
+                                 solve_time=elapsed, states=len(dp.memo))
+    if sol.peak_memory > budget or not np.isclose(sol.compute_cost, cost, rtol=1e-9):
+        raise RematError(f"chain-dp: internal error, the DP's schedule simulates to cost "
+                         f"{sol.compute_cost} and peak {sol.peak_memory} (DP: cost {cost} within "
+                         f"{budget}); please report this graph")
+    # the DP sums costs in another order than the simulator: equal up to rounding
+    return sol.with_(lower_bound=sol.compute_cost)
