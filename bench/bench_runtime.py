@@ -6,7 +6,8 @@ For each zoo model (tiny variant, optionally another batch size): the eager step
 (``loss_fn`` + ``backward``) and ``remat.compile``'s step at budget 100% (checkpoint-all:
 nothing recomputed) and at a lower budget (chen-greedy), each timed as the median of
 ``--repeats`` interleaved runs after warm-up (``time_ratio``; ``time_ratio_min`` compares the
-fastest runs, steadier on a loaded machine). The ratio at 100% is the runtime's own overhead
+fastest runs and ``time_ratio_paired`` is the median of each run's ratio to the eager run just
+before it: both steadier on a loaded machine). The ratio at 100% is the runtime's own overhead
 (goal <= 1.05). Also records predicted and measured peak bytes of each compiled step.
 Writes bench/results/runtime.json and runtime.csv. Timings on a shared CPU are noisy.
 """
@@ -64,6 +65,8 @@ def compare(name: str, batch_size, budget: str, method: str, repeats: int) -> di
                 predicted_overhead=round(sol.overhead, 4), eager_ms=round(eager_s * 1e3, 3),
                 step_ms=round(step_s * 1e3, 3), time_ratio=round(step_s / eager_s, 4),
                 time_ratio_min=round(min(step_times) / min(eager_times), 4),
+                time_ratio_paired=round(statistics.median(
+                    s / e for s, e in zip(step_times, eager_times)), 4),
                 predicted_peak=int(sol.peak_memory), measured_peak=int(peak),
                 peak_ratio=round(peak / sol.peak_memory, 4))
 

@@ -102,7 +102,7 @@ def budgets_check(name, args, device) -> tuple[list[dict], bool]:
     rows, ok = [], True
     for budget in args.budgets.split(","):
         try:
-            sol = cached_solve(cap.graph, budget, args.method, cache=False, time_limit=args.time_limit)
+            sol = solve(cap.graph, budget, args)
         except remat.InfeasibleBudgetError as exc:
             print(f"  {budget:>5}: infeasible (min budget {_gib(exc.min_budget)})")
             continue
@@ -130,6 +130,18 @@ def budgets_check(name, args, device) -> tuple[list[dict], bool]:
     return rows, ok
 
 
+def solve(graph, budget, args):
+    """``args.method``'s schedule; if that method fails on the graph (not for the budget's
+    sake), say so and use ``args.fallback`` so the check still runs."""
+    try:
+        return cached_solve(graph, budget, args.method, cache=False, time_limit=args.time_limit)
+    except remat.InfeasibleBudgetError:
+        raise
+    except (remat.RematError, ValueError) as exc:
+        print(f"  method {args.method!r} failed on this graph ({exc}); using {args.fallback!r}")
+        return cached_solve(graph, budget, args.fallback, cache=False)
+
+
 def _measured(peak, fn, model) -> int:
     model.zero_grad(set_to_none=True)
     gc.collect()
@@ -144,8 +156,8 @@ def fits(name, batch, cap_bytes, with_remat, args, device) -> bool:
         model, inputs, loss_fn = load(name, args.tiny, batch, device)
         peak = measure_peak_on(device)
         if with_remat:
-            step = remat.compile(model, inputs, loss_fn, budget=cap_bytes, method=args.method,
-                                 cache=False, cost_model="flops", time_limit=args.time_limit)
+            cap = remat.capture(model, inputs, loss_fn, cost_model="flops")
+            step = CompiledStep(cap, solve(cap.graph, cap_bytes, args))
             used = _measured(peak, lambda: step(*inputs), model)
         else:
             used = _measured(peak, lambda: eager_step(model, inputs, loss_fn), model)
@@ -193,6 +205,8 @@ def main() -> int:
     parser.add_argument("--models", default="vgg16,gpt2")
     parser.add_argument("--budgets", default="100%,70%,50%,30%")
     parser.add_argument("--method", default="auto")
+    parser.add_argument("--fallback", default="chen-greedy",
+                        help="method used where --method fails on a graph")
     parser.add_argument("--time-limit", type=float, default=20.0)
     parser.add_argument("--cost-model", default="profile")
     parser.add_argument("--cap", default="16GiB", help="memory cap for the max-batch search")

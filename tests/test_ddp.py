@@ -45,6 +45,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
     import remat
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    torch.set_num_threads(1)  # two workers on a small shared machine
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=WORLD, timeout=timedelta(seconds=60))
     try:

@@ -211,6 +211,15 @@ class OpCounter(TorchDispatchMode):
 
 
 # ----- tests ------------------------------------------------------------------------------
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Small tensors on a shared machine: one intra-op thread is faster and steadier."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def cnn():
     model, inputs, loss_fn = cnn_case()
@@ -228,11 +237,11 @@ def test_every_schedule_matches_eager(case, request):
     cap = request.getfixturevalue(case)
     eager_model, eager_loss = eager_step(cap.model, cap.example_inputs, _loss_fn(case), seed=7)
     recomputing = 0
-    for R, S in random_schedules(cap.graph, 6, seed=3):
+    for R, S in random_schedules(cap.graph, 5, seed=3):
         step, model, loss = run_schedule(cap, R, S, seed=7)
         recomputing += int(R.sum() > cap.graph.size)
         assert_same_step(eager_model, eager_loss, model, loss)
-    assert recomputing >= 4, "the random schedules should recompute something"
+    assert recomputing >= 3, "the random schedules should recompute something"
 
 
 def _loss_fn(case):
