@@ -33,8 +33,10 @@ def solve(graph: RematGraph, budget, method: str = "auto", time_limit: float | N
 def _infeasible_message(method: str, budget, budget_bytes: float, result: Solution) -> str:
     need = "" if result.min_budget is None else \
         f"; the smallest budget it can meet is {format_bytes(result.min_budget)}"
+    hint = "Raise the budget." if method in ("milp", "auto") else \
+        "Raise the budget or try method='milp'."
     return (f"method {method!r} finds no schedule within budget {budget!r} "
-            f"({format_bytes(budget_bytes)}){need}. Raise the budget or try method='milp'.")
+            f"({format_bytes(budget_bytes)}){need}. {hint}")
 
 
 def format_bytes(value: float) -> str:

@@ -123,8 +123,12 @@ def _backward_of_layers(graph: RematGraph, n: int) -> list[int]:
 
 
 def applies(graph: RematGraph) -> bool:
-    """Chains only (each forward node reads just the one before it)."""
-    return graph.is_chain and len(graph.forward_nodes) >= 2
+    """Chains only: each forward node reads just the one before it, and each layer has a
+    backward node reading it (captured chains may have layers no backward node reads)."""
+    if not graph.is_chain or len(graph.forward_nodes) < 2:
+        return False
+    layers = graph.forward_nodes[:-1]
+    return all(any(graph.is_backward[u] for u in graph.users[k]) for k in layers)
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:

@@ -65,9 +65,10 @@ def _progress(options: SolveOptions, model: MilpModel):
 
 
 def applicable(graph: RematGraph, names) -> list[str]:
-    """``names`` less griewank on graphs that are not chains."""
-    chain = graph.is_chain and len(graph.forward_nodes) >= 2
-    return [n for n in names if n != "griewank" or chain]
+    """``names`` less the methods that do not handle this graph's shape."""
+    from remat.solvers.base import method_applies
+
+    return [n for n in names if method_applies(n, graph)]
 
 
 def best_baseline(graph: RematGraph, budget: float) -> Solution | None:
