@@ -61,3 +61,17 @@ def test_sweep_writes_csv_json_png(tmp_path, capsys):
     assert len(lines) == 1 + 4
     assert json.loads((out / "sweep.json").read_text())["command"].startswith("remat")
     assert (out / "sweep.png").stat().st_size > 1000
+
+
+def test_largest_batch_search_is_exact_and_bounded():
+    from remat.bench.maxbatch import largest_batch
+
+    for true_max in (0, 1, 2, 7, 8, 9, 100):
+        probed = []
+
+        def fits(b):
+            probed.append(b)
+            return b <= true_max
+
+        assert largest_batch(fits, limit=64) == min(true_max, 64)
+        assert len(probed) <= 16

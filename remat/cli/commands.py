@@ -211,10 +211,42 @@ def run_demo(args) -> int:
     return 0 if all(r[-1] in ("yes", "-") for r in rows) else 1
 
 
+def add_maxbatch(sub) -> None:
+    p = sub.add_parser("maxbatch", help="largest batch that fits a memory cap, measured",
+                       description="Find the largest batch whose training step fits --memory, "
+                                   "eager and with remat, by running the steps.")
+    p.add_argument("model", help="zoo name or package.module:factory")
+    p.add_argument("--memory", required=True, help="the cap: bytes, 2GiB, 800MB")
+    p.add_argument("--tiny", action="store_true", help="the small variant of a zoo model")
+    p.add_argument("--method", default="auto")
+    p.add_argument("--time-limit", type=float, default=10.0, help="seconds per solve")
+    p.add_argument("--limit", type=int, default=4096, help="largest batch tried")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run_maxbatch)
+
+
+def run_maxbatch(args) -> int:
+    import json
+
+    from remat.bench.maxbatch import max_batch
+    from remat.schedule.budget import parse_budget
+    from remat.solvers.api import format_bytes
+
+    cap = parse_budget(args.memory)
+    result = max_batch(args.model, cap, args.tiny, args.method, args.time_limit, args.limit)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        gain = f" ({result['remat'] / result['eager']:.2f}x)" if result["eager"] else ""
+        print(f"{args.model} under {format_bytes(cap)}: largest batch {result['eager']} eager, "
+              f"{result['remat']} with remat{gain}")
+    return 0
+
+
 REGISTRARS = [
     add_demo,
     add_capture,
     add_solve,
     add_sweep,
-    lambda sub: add_pending(sub, "maxbatch", "largest batch that fits a memory cap", 5),
+    lambda sub: add_maxbatch(sub),
 ]
