@@ -35,6 +35,9 @@ def _infeasible_message(method: str, budget, budget_bytes: float, result: Soluti
         f"; the smallest budget it can meet is {format_bytes(result.min_budget)}"
     hint = "Raise the budget." if method in ("milp", "auto") else \
         "Raise the budget or try method='milp'."
+    if result.details.get("reason"):
+        hint = f"({result.details['reason']}: infeasibility is not proven; raise time_limit " \
+               "or the budget.)"
     return (f"method {method!r} finds no schedule within budget {budget!r} "
             f"({format_bytes(budget_bytes)}){need}. {hint}")
 
