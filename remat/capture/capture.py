@@ -25,7 +25,7 @@ class Capture:
     laid out node after node: ``node_groups[i]`` are the fx names of remat node i, and
     concatenated they are the joint's ops in order. ``value_nodes[i]``: the fx nodes of group
     i read by other groups or returned; ``graph.mem[i]`` is the bytes of their distinct
-    non-static storages. ``random_nodes``: nodes holding a random op (dropout), each starting
+    non-static storages, plus the gradients it computes (see ``gradient_storages``). ``random_nodes``: nodes holding a random op (dropout), each starting
     with it. ``storages`` maps each joint value to its storage and bytes (views share their
     base's). The field names are a contract with the runtime; add, never rename.
     """
@@ -162,11 +162,14 @@ def _assemble(model, inputs, joint, groups: list[Group], storages, static, place
                             if a.name in group_of and group_of[a.name] != i}))
         values.append(tuple(name for name in group.nodes
                             if _read_outside(nodes[name], group_of, i)))
-    mem = [storages.bytes_of([n for n in v if storages.storage.get(n) not in static])
+    fresh = gradient_storages(joint, storages, outputs)
+    mem = [storages.bytes_of([n for n in v if storages.storage.get(n) not in static - fresh])
            for v in values]
     meta = [{"module": g.module, "ops": [_op_name(nodes[n]) for n in g.nodes
                                          if _op_name(nodes[n]) != "getitem"],
-             "random": g.random} for g in groups]
+             "random": g.random,
+             "grad_bytes": storages.bytes_of([n for n in v if storages.storage.get(n) in fresh])}
+            for g, v in zip(groups, values)]
     graph = RematGraph([g.name for g in groups], [1.0] * len(groups), mem, deps,
                        [g.backward for g in groups],
                        static_mem=sum(storages.nbytes[s] for s in static), node_meta=meta,
@@ -188,6 +191,24 @@ def static_storages(joint: fx.GraphModule, storages: StorageMap) -> set[str]:
             static.update(storages.storage[a.name] for a in node.all_input_nodes
                           if a.name in storages.storage)
     return static
+
+
+def gradient_storages(joint: fx.GraphModule, storages: StorageMap, outputs) -> set[str]:
+    """Storages of the gradients the step returns, other than its inputs' own storages.
+
+    ``static_mem`` holds each gradient once, as ``p.grad``. But when ``p.grad`` already exists
+    (gradient accumulation, ``zero_grad(set_to_none=False)``), the op makes the new gradient in
+    a fresh tensor that lives next to ``p.grad`` until it is added in: the node that computes
+    a gradient therefore also counts its bytes in its ``mem`` (node meta ``grad_bytes``).
+    """
+    inputs = {storages.storage[n.name] for n in joint.graph.nodes
+              if n.op == "placeholder" and n.name in storages.storage}
+    output = next(n for n in joint.graph.nodes if n.op == "output")
+    values = output.args[0] if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+    fresh = {storages.storage[v.name] for spec, v in zip(outputs, values)
+             if spec.kind in ("grad", "input_grad") and isinstance(v, fx.Node)
+             and v.name in storages.storage}
+    return fresh - inputs
 
 
 def _read_outside(node: fx.Node, group_of: dict[str, int], group: int) -> bool:
