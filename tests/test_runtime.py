@@ -124,9 +124,10 @@ MODELS = {"deep_mlp": deep_mlp, "small_cnn": small_cnn, "tiny_transformer": tiny
 
 # ----- helpers ----------------------------------------------------------------------------
 def own_bytes(model, inputs) -> int:
-    """Bytes of the storages a step starts with: parameters, buffers, inputs."""
+    """Bytes of the storages a step starts with: parameters, their gradients, buffers, inputs."""
     sizes = {}
     tensors = list(model.parameters()) + list(model.buffers())
+    tensors += [p.grad for p in model.parameters() if p.grad is not None]
     tensors += [x for x in inputs if isinstance(x, torch.Tensor)]
     for t in tensors:
         sizes[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
@@ -352,3 +353,17 @@ def test_input_that_requires_grad_gets_its_grad():
     assert torch.allclose(x.grad, eager_x.grad)
     with pytest.raises(InputMismatchError, match="requiring grad"):
         step(x.detach())
+
+
+def test_milp_schedule_within_its_peak_when_grads_accumulate():
+    """Tiny VGG16 with a milp schedule, run twice without zeroing the gradients: the second
+    step makes each gradient next to the existing ``p.grad`` before adding it in. The largest
+    (classifier.0's weight, 784 KiB) once went unpredicted: measured 1.23 x predicted."""
+    model, inputs, loss_fn = remat.zoo.load("vgg16", tiny=True)
+    cap = capture(model.train(), inputs, loss_fn, cost_model="flops")
+    solution = cached_solve(cap.graph, "70%", "milp", cache=False, time_limit=5.0)
+    assert solution.R.sum() > cap.graph.size  # it recomputes
+    step, model = fresh_step(cap, solution)
+    peaks = [measured_step(step, model, inputs, seed)[1] for seed in (0, 1)]
+    assert all(p.grad is not None for p in model.parameters())
+    assert max(peaks) <= 1.05 * solution.peak_memory, (peaks, solution.peak_memory)

@@ -25,8 +25,9 @@ class Capture:
     laid out node after node: ``node_groups[i]`` are the fx names of remat node i, and
     concatenated they are the joint's ops in order. ``value_nodes[i]``: the fx nodes of group
     i read by other groups or returned; ``graph.mem[i]`` is the bytes of their distinct
-    non-static storages. ``random_nodes``: nodes holding a random op (dropout), each starting
-    with it. ``storages`` maps each joint value to its storage and bytes (views share their
+    non-static storages; ``static_mem`` also reserves room for one node's fresh gradients
+    (see ``gradient_storages``). ``random_nodes``: nodes holding a random op (dropout), each
+    starting with it. ``storages`` maps each joint value to its storage and bytes (views share their
     base's). The field names are a contract with the runtime; add, never rename.
     """
 
@@ -164,13 +165,18 @@ def _assemble(model, inputs, joint, groups: list[Group], storages, static, place
                             if _read_outside(nodes[name], group_of, i)))
     mem = [storages.bytes_of([n for n in v if storages.storage.get(n) not in static])
            for v in values]
+    fresh = gradient_storages(joint, storages, outputs)
     meta = [{"module": g.module, "ops": [_op_name(nodes[n]) for n in g.nodes
                                          if _op_name(nodes[n]) != "getitem"],
-             "random": g.random} for g in groups]
+             "random": g.random,
+             "grad_bytes": storages.bytes_of([n for n in v if storages.storage.get(n) in fresh])}
+            for g, v in zip(groups, values)]
+    reserve = max((m["grad_bytes"] for m in meta), default=0)
     graph = RematGraph([g.name for g in groups], [1.0] * len(groups), mem, deps,
                        [g.backward for g in groups],
-                       static_mem=sum(storages.nbytes[s] for s in static), node_meta=meta,
-                       meta={"cost_unit": "unit", "mem_unit": "bytes"})
+                       static_mem=sum(storages.nbytes[s] for s in static) + reserve,
+                       node_meta=meta, meta={"cost_unit": "unit", "mem_unit": "bytes",
+                                             "grad_reserve": reserve})
     return Capture(graph=graph, joint=joint, node_groups=tuple(g.nodes for g in groups),
                    value_nodes=tuple(values), placeholders=placeholders, outputs=outputs,
                    random_nodes=frozenset(i for i, g in enumerate(groups) if g.random),
@@ -188,6 +194,25 @@ def static_storages(joint: fx.GraphModule, storages: StorageMap) -> set[str]:
             static.update(storages.storage[a.name] for a in node.all_input_nodes
                           if a.name in storages.storage)
     return static
+
+
+def gradient_storages(joint: fx.GraphModule, storages: StorageMap, outputs) -> set[str]:
+    """Storages of the gradients the step returns, other than its inputs' own storages.
+
+    ``static_mem`` holds each gradient once, as ``p.grad``. But when ``p.grad`` already exists
+    (gradient accumulation, ``zero_grad(set_to_none=False)``), the op makes the new gradient in
+    a fresh tensor that lives next to ``p.grad`` until the runtime adds it in, right after the
+    op. So ``static_mem`` also reserves the largest gradient bytes one node makes (node meta
+    ``grad_bytes``, graph meta ``grad_reserve``): a constant, so it changes no schedule.
+    """
+    inputs = {storages.storage[n.name] for n in joint.graph.nodes
+              if n.op == "placeholder" and n.name in storages.storage}
+    output = next(n for n in joint.graph.nodes if n.op == "output")
+    values = output.args[0] if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+    fresh = {storages.storage[v.name] for spec, v in zip(outputs, values)
+             if spec.kind in ("grad", "input_grad") and isinstance(v, fx.Node)
+             and v.name in storages.storage}
+    return fresh - inputs
 
 
 def _read_outside(node: fx.Node, group_of: dict[str, int], group: int) -> bool:
