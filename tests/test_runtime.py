@@ -169,12 +169,10 @@ def expected_op_counts(cap, R) -> Counter:
 # schedules are held to the captured step at default tolerances, and to eager at these.
 EAGER_TOLERANCE = {"fcn_resnet50": dict(rtol=1e-4, atol=1e-6)}
 
-# Known: a fused remat node's internal intermediates are not in the memory model. On
-# resnet50 (tiny), node "layer1.0.bn3+layer1.0.downsample.1+layer1.0+layer1.0.relu", when
-# chen-sqrtn recomputes it, holds both BatchNorm outputs and their sum at once: 1.06 x the
-# predicted peak. The capture's grouping/memory model has to count it (reported); this
-# table keeps the test strict everywhere else.
-KNOWN_OVER = {("resnet50", "chen-sqrtn"): 1.07}
+# Not modelled: a fused remat node's internal intermediates (resnet50's
+# "layer1.0.bn3+layer1.0.downsample.1+layer1.0+layer1.0.relu" holds both BatchNorm outputs and
+# their sum at once). It measured 1.06 x predicted before the gradient reserve entered
+# static_mem; it is now within 1.05 because of that reserve, not because it is modelled.
 
 
 def sweep(name, cap, seed=5):
@@ -215,7 +213,7 @@ def sweep(name, cap, seed=5):
             rows.append((method, budget, solution.peak_memory, peak, int(solution.R.sum())))
     for method, budget, peak, predicted in over:
         print(f"OVER {name} {method} {budget}: measured {peak} = {peak / predicted:.3f} x predicted")
-    unexpected = [o for o in over if o[2] > KNOWN_OVER.get((name, o[0]), 1.05) * o[3]]
+    unexpected = [o for o in over if o[2] > 1.05 * o[3]]
     assert not unexpected, f"{name}: measured peak above 1.05 x predicted: {unexpected}"
     return rows
 
