@@ -7,26 +7,19 @@ simulator prices each sample, and the cheapest that fits wins. The LP optimum is
 """
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions
-from remat.solvers.lp_rounding import best_rounding, finish, relaxation
+from remat.solvers.lp_rounding import solve_by_rounding
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
-    began = time.perf_counter()
-    relaxed = relaxation(graph, budget, options)
-    S_frac = relaxed[0]
-    if S_frac is None:
-        return finish(graph, budget, "lp-randomized", (None, graph.total_cost),
-                      (None, float("inf"), 0), began, options.time_limit,
-                      lp_status=relaxed[1])
     rng = np.random.default_rng(options.seed)
     samples = max(1, int(options.rounding_samples))
-    candidates = (rng.random(S_frac.shape) < S_frac for _ in range(samples))
-    return finish(graph, budget, "lp-randomized", relaxed,
-                  best_rounding(graph, budget, candidates), began, samples=samples)
+    return solve_by_rounding(
+        graph, budget, options, "lp-randomized",
+        lambda S_frac: (rng.random(S_frac.shape) < S_frac for _ in range(samples)),
+        samples=samples)

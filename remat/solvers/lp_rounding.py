@@ -82,14 +82,21 @@ def thresholds(S_frac: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate([values, np.linspace(0.05, 1.0, 20), [1.01]]))
 
 
-def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
+def solve_by_rounding(graph: RematGraph, budget: float, options: SolveOptions, method: str,
+                      candidates_of, **details) -> Solution:
+    """Shared by the rounding methods: solve the LP, round its S with ``candidates_of(S_frac)``
+    (an iterable of bool matrices), keep the cheapest schedule that fits."""
     began = time.perf_counter()
     relaxed = relaxation(graph, budget, options)
-    S_frac = relaxed[0]
-    if S_frac is None:
-        return finish(graph, budget, "lp-rounding", (None, graph.total_cost),
+    if relaxed[0] is None:
+        return finish(graph, budget, method, (None, graph.total_cost),
                       (None, float("inf"), 0), began, options.time_limit,
                       lp_status=relaxed[1])
-    candidates = (S_frac >= thr - 1e-9 for thr in thresholds(S_frac))
-    return finish(graph, budget, "lp-rounding", relaxed,
-                  best_rounding(graph, budget, candidates), began)
+    rounded = best_rounding(graph, budget, candidates_of(relaxed[0]))
+    return finish(graph, budget, method, relaxed, rounded, began, **details)
+
+
+def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
+    return solve_by_rounding(
+        graph, budget, options, "lp-rounding",
+        lambda S_frac: (S_frac >= thr - 1e-9 for thr in thresholds(S_frac)))
