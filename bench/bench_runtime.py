@@ -24,16 +24,9 @@ import time
 import torch
 
 import remat
+from remat.bench.common import eager_step
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def eager_step(model, loss_fn):
-    def step(*inputs):
-        loss = loss_fn(model, *inputs) if loss_fn else model(*inputs)
-        loss.backward()
-        return loss.detach()
-    return step
 
 
 def timed(fn, inputs, model) -> float:

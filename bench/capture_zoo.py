@@ -17,15 +17,8 @@ import time
 import torch
 
 import remat
+from remat.bench.common import eager_step
 from remat.schedule import checkpoint_all_peak
-
-
-def eager_step(model, loss_fn):
-    def step(*inputs):
-        loss = loss_fn(model, *inputs) if loss_fn else model(*inputs)
-        loss.backward()
-        return loss.detach()
-    return step
 
 
 def measure(name: str, tiny: bool, cost_model: str, batch_size=None, run=True) -> dict:

@@ -14,7 +14,6 @@ bench/results/gpu_check.json.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import os
@@ -25,6 +24,8 @@ import time
 import torch
 
 import remat
+from remat.bench.common import eager_step
+from remat.bench.maxbatch import largest_batch
 from remat.runtime.cache import cached_solve
 from remat.runtime.step import CompiledStep
 
@@ -44,12 +45,6 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def eager_step(model, inputs, loss_fn):
-    loss = loss_fn(model, *inputs) if loss_fn else model(*inputs)
-    loss.backward()
-    return loss.detach()
-
-
 def median_ms(fn, model, device, repeats=5) -> float:
     times = []
     for _ in range(repeats):
@@ -63,37 +58,16 @@ def median_ms(fn, model, device, repeats=5) -> float:
     return statistics.median(times) * 1e3
 
 
-def peak_of(fn, model) -> int:
-    model.zero_grad(set_to_none=True)
-    gc.collect()
-    _, peak = remat.measure_peak(fn)
-    return int(peak)
-
-
-def measure_peak_on(device):
-    """``measure_peak`` picks CUDA from tensor arguments; our closures take none."""
-    if device.type == "cuda":
-        def run(fn):
-            sync(device)
-            torch.cuda.reset_peak_memory_stats(device)
-            fn()
-            sync(device)
-            return int(torch.cuda.max_memory_allocated(device))
-        return run
-    return lambda fn: remat.measure_peak(fn)[1]
-
-
 def budgets_check(name, args, device) -> tuple[list[dict], bool]:
     model, inputs, loss_fn = load(name, args.tiny, None, device)
-    peak = measure_peak_on(device)
     torch.manual_seed(0)
     model.zero_grad(set_to_none=True)
-    eager_loss = eager_step(model, inputs, loss_fn).item()
+    eager_loss = eager_step(model, loss_fn)(*inputs).item()
     # kept as numpy arrays: a live tensor would count in the measured peak (CPU smoke test)
     eager_grads = [p.grad.cpu().numpy().copy() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
-    eager_ms = median_ms(lambda: eager_step(model, inputs, loss_fn), model, device)
-    eager_peak = _measured(peak, lambda: eager_step(model, inputs, loss_fn), model)
+    eager_ms = median_ms(lambda: eager_step(model, loss_fn)(*inputs), model, device)
+    eager_peak = _measured(eager_step(model, loss_fn), inputs, model)
     start = time.perf_counter()
     cap = remat.capture(model, inputs, loss_fn, cost_model=args.cost_model)
     capture_s = time.perf_counter() - start
@@ -113,7 +87,7 @@ def budgets_check(name, args, device) -> tuple[list[dict], bool]:
         exact = torch.allclose(loss.cpu(), torch.tensor(eager_loss), **TOLERANCE) and all(
             torch.allclose(p.grad.cpu(), torch.from_numpy(g), **TOLERANCE)
             for p, g in zip(model.parameters(), eager_grads))
-        measured = _measured(peak, lambda: step(*inputs), model)
+        measured = _measured(step, inputs, model)
         step_ms = median_ms(lambda: step(*inputs), model, device)
         row = dict(model=name, budget=budget, method=sol.details.get("chosen", sol.method),
                    predicted=int(sol.peak_memory), measured=measured,
@@ -142,10 +116,11 @@ def solve(graph, budget, args):
         return cached_solve(graph, budget, args.fallback, cache=False)
 
 
-def _measured(peak, fn, model) -> int:
+def _measured(fn, inputs, model) -> int:
+    """Peak bytes of ``fn(*inputs)``: remat.measure_peak (CUDA from the inputs' device)."""
     model.zero_grad(set_to_none=True)
     gc.collect()
-    value = peak(fn)
+    value = int(remat.measure_peak(fn, *inputs)[1])
     model.zero_grad(set_to_none=True)
     return value
 
@@ -154,13 +129,12 @@ def fits(name, batch, cap_bytes, with_remat, args, device) -> bool:
     """Does one training step at this batch size stay under the cap (measured)?"""
     try:
         model, inputs, loss_fn = load(name, args.tiny, batch, device)
-        peak = measure_peak_on(device)
         if with_remat:
             cap = remat.capture(model, inputs, loss_fn, cost_model="flops")
             step = CompiledStep(cap, solve(cap.graph, cap_bytes, args))
-            used = _measured(peak, lambda: step(*inputs), model)
+            used = _measured(step, inputs, model)
         else:
-            used = _measured(peak, lambda: eager_step(model, inputs, loss_fn), model)
+            used = _measured(eager_step(model, loss_fn), inputs, model)
         return used <= cap_bytes
     except (remat.InfeasibleBudgetError, torch.cuda.OutOfMemoryError):
         return False
@@ -171,29 +145,10 @@ def fits(name, batch, cap_bytes, with_remat, args, device) -> bool:
 
 
 def max_batch(name, cap_bytes, with_remat, args, device) -> int:
-    """From the zoo's default batch, double (or halve) to bracket the largest batch that fits,
-    then bisect a few times."""
+    """Largest batch that fits, searched from the zoo's default batch (remat's one search)."""
     _, inputs, _ = remat.zoo.load(name, tiny=args.tiny)
-    batch = int(inputs[0].shape[0])
-    def fit(b):
-        return fits(name, b, cap_bytes, with_remat, args, device)
-    if fit(batch):
-        low, high = batch, batch * 2
-        while high <= args.max_batch and fit(high):
-            low, high = high, high * 2
-    else:
-        low, high = batch // 2, batch
-        while low >= 1 and not fit(low):
-            low, high = low // 2, low
-    for _ in range(args.bisect):
-        if high - low <= 1 or low == 0:
-            break
-        middle = (low + high) // 2
-        if fit(middle):
-            low = middle
-        else:
-            high = middle
-    return low
+    return largest_batch(lambda b: fits(name, b, cap_bytes, with_remat, args, device),
+                         start=int(inputs[0].shape[0]), limit=args.max_batch)
 
 
 def _gib(value) -> str:
@@ -211,7 +166,6 @@ def main() -> int:
     parser.add_argument("--cost-model", default="profile")
     parser.add_argument("--cap", default="16GiB", help="memory cap for the max-batch search")
     parser.add_argument("--max-batch", type=int, default=512)
-    parser.add_argument("--bisect", type=int, default=3)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true", help="tiny zoo variants (smoke test)")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "gpu_check.json"))

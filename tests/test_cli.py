@@ -75,3 +75,4 @@ def test_largest_batch_search_is_exact_and_bounded():
 
         assert largest_batch(fits, limit=64) == min(true_max, 64)
         assert len(probed) <= 16
+        assert largest_batch(fits, start=32, limit=64) == min(true_max, 64)

@@ -9,16 +9,9 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 import remat  # noqa: E402
+from remat.bench.common import eager_step  # noqa: E402
 from remat.schedule import checkpoint_all_peak  # noqa: E402
 from remat.zoo import NAMES, load, resolve  # noqa: E402
-
-
-def _eager_step(model, loss_fn):
-    def step(*inputs):
-        loss = loss_fn(model, *inputs) if loss_fn else model(*inputs)
-        loss.backward()
-        return loss.detach()
-    return step
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -37,7 +30,7 @@ def test_tiny_zoo_model_captures_and_peak_matches(name):
     model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     gc.collect()
     torch.manual_seed(0)
-    loss_eager, eager = remat.measure_peak(_eager_step(model, loss_fn), *inputs)
+    loss_eager, eager = remat.measure_peak(eager_step(model, loss_fn), *inputs)
     print(f"\n{name}: {graph.size} nodes ({len(graph.forward_nodes)} forward), static "
           f"{graph.static_mem / 2**20:.2f} MiB, predicted {predicted / 2**20:.2f} MiB, measured "
           f"run {measured / 2**20:.2f} MiB ({predicted / measured:.3f}x), eager "

@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from remat.bench.common import eager_step
 from remat.capture import capture
 from remat.errors import InfeasibleBudgetError
 from remat.runtime import CompiledStep
@@ -32,13 +33,7 @@ def eager_reference(model, inputs, loss_fn):
     toward the peaks of the compiled steps measured later."""
     twin = copy.deepcopy(model)
     torch.manual_seed(0)
-
-    def step():
-        loss = loss_fn(twin, *inputs) if loss_fn else twin(*inputs)
-        loss.backward()
-        return loss.detach()
-
-    loss, peak = measure_peak(step)
+    loss, peak = measure_peak(eager_step(twin, loss_fn), *inputs)
     grads = {n: _array(p.grad) for n, p in twin.named_parameters() if p.grad is not None}
     buffers = {n: _array(b) for n, b in twin.named_buffers()}
     return _array(loss), grads, buffers, peak

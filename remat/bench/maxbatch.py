@@ -24,16 +24,12 @@ class Probe:
 
 
 def eager_peak(spec: str, batch: int, tiny: bool) -> float:
+    from remat.bench.common import eager_step
     from remat.runtime.memory import measure_peak
     from remat.zoo import resolve
 
     model, inputs, loss_fn = resolve(spec, tiny=tiny, batch_size=batch)
-
-    def step():
-        loss = loss_fn(model, *inputs) if loss_fn else model(*inputs)
-        loss.backward()
-
-    return measure_peak(step)[1]
+    return measure_peak(eager_step(model, loss_fn), *inputs)[1]
 
 
 def remat_probe(spec: str, batch: int, tiny: bool, cap: float, method: str,
@@ -53,13 +49,15 @@ def remat_probe(spec: str, batch: int, tiny: bool, cap: float, method: str,
 
 
 def largest_batch(fits, start: int = 1, limit: int = 4096) -> int:
-    """Largest b in [0, limit] with fits(b), assuming fits is monotone (0 if none)."""
-    if not fits(start):
-        return 0
-    low, high = start, start * 2
-    while high <= limit and fits(high):
-        low, high = high, high * 2
-    high = min(high, limit + 1)
+    """Largest b in [0, limit] with fits(b), assuming fits is monotone (0 if none): doubles
+    from ``start`` while it fits, then bisects (below ``start`` if even that is too big)."""
+    if fits(start):
+        low, high = start, start * 2
+        while high <= limit and fits(high):
+            low, high = high, high * 2
+        high = min(high, limit + 1)
+    else:
+        low, high = 0, start
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (mid, high) if fits(mid) else (low, mid)

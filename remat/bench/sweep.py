@@ -38,12 +38,12 @@ def run_sweep(graph: RematGraph, methods: list[str], fractions: list[float],
     rows = []
     options = SolveOptions(time_limit=time_limit)
     total = graph.total_cost
+    budgets = [parse_budget(f"{fraction * 100}%", graph) for fraction in fractions]
     for method in methods:
         fn = solver(method)
         if not method_applies(method, graph):
             continue
-        for fraction in fractions:
-            budget = parse_budget(f"{fraction * 100}%", graph)
+        for fraction, budget in zip(fractions, budgets):
             start = time.perf_counter()
             sol = fn(graph, budget, options)
             rows.append(SweepRow(method, fraction, budget, sol.status,

@@ -25,21 +25,18 @@ def add_solve(sub) -> None:
 def run_solve(args) -> int:
     from remat.graph.core import RematGraph
     from remat.schedule.budget import parse_budget
-    from remat.solvers import METHODS, SolveOptions, solver
-    from remat.solvers.base import method_applies
+    from remat.solvers import SolveOptions, solver
+    from remat.solvers.base import expand_methods
 
     graph = RematGraph.from_json(args.graph)
     budget = parse_budget(args.budget, graph)
-    methods = [m for m in METHODS if m != "auto"] if args.method == "all" else [args.method]
+    methods = expand_methods(args.method, graph)
     options = SolveOptions(time_limit=args.time_limit, progress=_progress_printer(graph))
     results = []
     for method in methods:
-        fn = solver(method)  # unknown names fail here, listing the valid ones
-        if args.method == "all" and not method_applies(method, graph):
-            continue
         if len(methods) > 1:
             print(f"solving with {method} ...", file=sys.stderr, flush=True)
-        results.append(fn(graph, budget, options))
+        results.append(solver(method)(graph, budget, options))
     if args.output and len(results) == 1:
         results[0].to_json(args.output)
     if args.json:
@@ -72,24 +69,6 @@ def _progress_printer(graph):
               file=sys.stderr, flush=True)
 
     return show
-
-
-def add_pending(sub, name: str, help_text: str, issue: int) -> None:
-    p = sub.add_parser(name, help=f"{help_text} (not available yet)",
-                       description=f"{help_text}. Not available yet: it arrives with issue {issue}.")
-    p.add_argument("rest", nargs="*", help=argparse_suppress())
-    p.set_defaults(run=lambda args: _pending(name, issue))
-
-
-def _pending(name: str, issue: int) -> int:
-    print(f"remat {name}: not available yet in this version (tracked in issue {issue}).",
-          file=sys.stderr)
-    return 2
-
-
-def argparse_suppress():
-    import argparse
-    return argparse.SUPPRESS
 
 
 SYNTHETIC = {"linear": "linear", "unet": "unet", "random_dag": "random_dag", "random": "random_dag"}
@@ -139,8 +118,6 @@ def add_capture(sub) -> None:
 
 
 def run_capture(args) -> int:
-    import time
-
     from remat.schedule.budget import checkpoint_all_peak
     from remat.solvers.api import format_bytes
 
@@ -171,15 +148,14 @@ def add_sweep(sub) -> None:
 
 def run_sweep_cmd(args) -> int:
     from remat.bench.sweep import default_fractions, run_sweep, write_sweep
-    from remat.solvers import METHODS, solver
+    from remat.schedule.budget import parse_percentage
+    from remat.solvers.base import expand_methods
 
     graph, name = load_graph(args.model)
-    methods = [m for m in METHODS if m != "auto"] if args.methods == "all" \
-        else [m.strip() for m in args.methods.split(",")]
-    for m in methods:
-        solver(m)
+    methods = expand_methods(args.methods, graph)
     fractions = default_fractions() if not args.budgets else \
-        [float(b.strip().rstrip("%")) / 100 for b in args.budgets.split(",")]
+        [parse_percentage(b.strip() if b.strip().endswith("%") else b.strip() + "%")
+         for b in args.budgets.split(",")]
     print(f"sweeping {name}: {graph.size} nodes, {len(methods)} methods, "
           f"{len(fractions)} budgets", file=sys.stderr)
     rows = run_sweep(graph, methods, fractions, time_limit=args.time_limit)
@@ -248,5 +224,5 @@ REGISTRARS = [
     add_capture,
     add_solve,
     add_sweep,
-    lambda sub: add_maxbatch(sub),
+    add_maxbatch,
 ]

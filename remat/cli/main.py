@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from remat.errors import RematError
@@ -33,11 +32,6 @@ def build_parser() -> argparse.ArgumentParser:
     for register in commands.REGISTRARS:
         register(sub)
     return parser
-
-
-def print_json(doc) -> None:
-    json.dump(doc, sys.stdout, indent=2)
-    sys.stdout.write("\n")
 
 
 if __name__ == "__main__":

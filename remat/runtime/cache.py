@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import warnings
 from pathlib import Path
@@ -97,6 +98,13 @@ def _resimulated(stored: Solution, graph: RematGraph) -> Solution:
     solution = Solution.from_schedule(graph, stored.R, stored.S, stored.method, stored.status,
                                       stored.budget, lower_bound=stored.lower_bound,
                                       solve_time=stored.solve_time, min_budget=stored.min_budget)
+    if not math.isclose(solution.compute_cost, stored.compute_cost, rel_tol=1e-9):
+        # the costs changed (profiled again): the stored bound and optimality were proven for
+        # the old costs, so claim only what still holds
+        solution = Solution.from_schedule(
+            graph, stored.R, stored.S, stored.method,
+            "feasible" if stored.status == "optimal" else stored.status, stored.budget,
+            solve_time=stored.solve_time, min_budget=stored.min_budget)
     return solution.with_(details=dict(stored.details))
 
 

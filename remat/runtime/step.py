@@ -1,6 +1,8 @@
 """``CompiledStep``: one training step that runs a solved schedule."""
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch.utils import _pytree as pytree
 
@@ -30,6 +32,9 @@ class CompiledStep:
             capture.joint, capture.node_groups, solution.plan, capture.placeholders,
             capture.outputs)
         leaves, self._structure = pytree.tree_flatten(tuple(capture.example_inputs))
+        # keep the signature, not the example batch: it would stay allocated beside every
+        # later batch, memory the budget does not count
+        self.capture = capture = dataclasses.replace(capture, example_inputs=None)
         self._signature = [_signature(x) for x in leaves]
         self._tangent = _loss_tangent(capture)
         self._sources = _sources(capture)
@@ -62,10 +67,10 @@ class CompiledStep:
         return self._scheduled.times_computed
 
     def __call__(self, *inputs) -> torch.Tensor:
-        self._check_inputs(inputs)
+        leaves = self._check_inputs(inputs)
         if self._distributed is not None:
             self._distributed.before_step()
-        args = self._joint_args(inputs)
+        args = self._joint_args(leaves)
         with torch.no_grad():
             loss, *new_buffers = self._scheduled.module(*args)
             del args
@@ -86,7 +91,8 @@ class CompiledStep:
                 f"predicted_peak={sol.peak_memory:.0f} B, overhead={sol.overhead:.3f})")
 
     # ----- internals ---------------------------------------------------------------------
-    def _check_inputs(self, inputs) -> None:
+    def _check_inputs(self, inputs) -> list:
+        """The inputs' leaves, once their structure and signature match the example's."""
         leaves, structure = pytree.tree_flatten(tuple(inputs))
         if structure != self._structure:
             raise InputMismatchError(f"the step was compiled for inputs shaped like "
@@ -97,11 +103,11 @@ class CompiledStep:
                 raise InputMismatchError(
                     f"input {index} is {_describe(got)}, but the step was compiled for "
                     f"{_describe(expected)}; call remat.compile(model, new_inputs, ...) for it")
+        return leaves
 
-    def _joint_args(self, inputs) -> list:
+    def _joint_args(self, flat_inputs: list) -> list:
         """The joint graph's inputs: the model's parameters and buffers (read from their
         modules now, so a moved or replaced tensor is used), the user inputs, the loss tangent."""
-        flat_inputs = pytree.tree_leaves(inputs)
         args = []
         for kind, source in self._sources:
             if kind == "input":

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 
 from remat.errors import RematError
 from remat.graph.core import RematGraph
@@ -16,12 +17,20 @@ class BudgetError(RematError, ValueError):
     """A budget that cannot be parsed or makes no sense."""
 
 
-def checkpoint_all_peak(graph: RematGraph) -> float:
-    """Peak bytes of the plain step (nothing recomputed), static memory included."""
-    from remat.schedule.rs import checkpoint_all
-    from remat.schedule.simulate import simulate
+_PEAKS: "weakref.WeakKeyDictionary[RematGraph, float]" = weakref.WeakKeyDictionary()
 
-    return simulate(graph, *checkpoint_all(graph)).peak_memory
+
+def checkpoint_all_peak(graph: RematGraph) -> float:
+    """Peak bytes of the plain step (nothing recomputed), static memory included.
+
+    Graphs are frozen, so the simulation runs once per graph: every percentage budget of a
+    sweep reads it again."""
+    if graph not in _PEAKS:
+        from remat.schedule.rs import checkpoint_all
+        from remat.schedule.simulate import simulate
+
+        _PEAKS[graph] = simulate(graph, *checkpoint_all(graph)).peak_memory
+    return _PEAKS[graph]
 
 
 def parse_budget(budget, graph: RematGraph | None = None) -> float:
@@ -48,6 +57,18 @@ def parse_budget(budget, graph: RematGraph | None = None) -> float:
         raise BudgetError(f"unknown unit {match.group(2)!r} in budget {budget!r}; use one of "
                           "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB or %")
     return _positive(value * _UNITS.get(unit, 1), budget)
+
+
+def parse_percentage(text: str) -> float:
+    """The fraction of a percentage budget (``"60%"`` -> 0.6); anything else is a BudgetError.
+    Sweeps use it to take budgets relative to each graph."""
+    match = _PATTERN.match(text) if isinstance(text, str) else None
+    if not match or match.group(2) != "%":
+        raise BudgetError(f"expected a percentage like '60%', got {text!r}")
+    value = float(match.group(1))
+    if value <= 0:
+        raise BudgetError(f"budget {text!r} must be above 0%")
+    return value / 100.0
 
 
 def _percentage(value: float, text: str, graph: RematGraph | None) -> float:

@@ -80,12 +80,6 @@ class Solution:
     def with_(self, **changes) -> "Solution":
         return replace(self, **changes)
 
-    def recompute_counts(self) -> np.ndarray:
-        """How many times each node is computed."""
-        if self.R is None:
-            raise InvalidScheduleError("an infeasible solution has no schedule")
-        return self.R.sum(axis=0)
-
     # ----- JSON --------------------------------------------------------------------------
     def to_json(self, path: str | os.PathLike | None = None, indent: int | None = None) -> str:
         import json

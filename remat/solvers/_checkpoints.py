@@ -29,7 +29,7 @@ def best_of(graph: RematGraph, budget: float, method: str,
         key = frozenset(int(c) for c in checkpoints)
         if key in seen:
             continue
-        if deadline is not None and time.perf_counter() > deadline and (best or seen):
+        if deadline is not None and time.perf_counter() > deadline and seen:
             timed_out = True
             break
         seen.add(key)

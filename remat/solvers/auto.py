@@ -1,10 +1,11 @@
 """``auto``: pick the method by the graph's shape and size; report the bound it proved.
 
 Runs the methods that suit the graph in order of cost and returns the cheapest schedule that
-fits, with the best lower bound any of them proved: the heuristics always; then ``milp``
-(warm-started from the best of them) on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP
-relaxation with rounding (``lp-rounding``, whose LP optimum is a proven bound) up to
-``LP_MAX_NODES``. On chains ``chain-dp`` (the best persistent schedule, fast) runs too. Without a ``time_limit`` those exact steps get ``DEFAULT_TIME_LIMIT`` seconds.
+fits, with the best lower bound any of them proved: the baselines always; on chains
+``chain-dp`` (the best persistent schedule, fast); then ``milp``, started from the best
+schedule so far, on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP relaxation with
+rounding (``lp-rounding``, whose LP optimum is a proven bound) up to ``LP_MAX_NODES``.
+Without a ``time_limit`` each step gets ``DEFAULT_TIME_LIMIT`` seconds.
 """
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ from dataclasses import replace
 
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
-from remat.solvers.base import SolveOptions, method_applies, solver
+from remat.solvers.base import BASELINES, SolveOptions, applicable, method_applies, solver
 
-HEURISTICS = ("checkpoint-all", "chen-greedy", "ap-greedy", "chen-sqrtn", "ap-sqrtn")
 MILP_MAX_NODES = 80
 """milp proves optimality within seconds to a minute up to about this size (bench_milp.py)."""
 LP_MAX_NODES = 400
@@ -27,7 +27,7 @@ CHAIN_DP_MAX_LAYERS = 100
 
 def candidate_methods(graph: RematGraph) -> list[str]:
     """The methods ``auto`` tries on this graph, cheapest first."""
-    methods = list(HEURISTICS)
+    methods = applicable(graph, BASELINES)
     if method_applies("chain-dp", graph) and len(graph.forward_nodes) <= CHAIN_DP_MAX_LAYERS:
         methods.append("chain-dp")
     if graph.size <= MILP_MAX_NODES:
@@ -41,7 +41,12 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     start = time.perf_counter()
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
-    results = [solver(name)(graph, budget, options) for name in candidate_methods(graph)]
+    results: list[Solution] = []
+    for name in candidate_methods(graph):
+        # exact methods start from the best schedule so far instead of rerunning the baselines
+        best = min((r for r in results if r.feasible), default=None,
+                   key=lambda r: (r.compute_cost, r.peak_memory))
+        results.append(solver(name)(graph, budget, replace(options, initial=best)))
     feasible = [r for r in results if r.feasible]
     elapsed = time.perf_counter() - start
     bound = max(r.lower_bound for r in results)

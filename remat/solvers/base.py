@@ -23,6 +23,9 @@ class SolveOptions:
     """Stop a MILP once (cost - bound) / cost is at most this; 0 proves optimality."""
     warm_start: bool = True
     """Start exact solvers from the best baseline schedule that fits."""
+    initial: "Solution | None" = None
+    """A schedule that fits, for exact solvers to start from instead of running the baselines
+    again (``auto`` passes its best so far)."""
     rounding_samples: int = 32
     """Randomized rounding: number of samples drawn."""
     progress: Callable[[dict], None] | None = None
@@ -60,9 +63,8 @@ _REGISTRY: dict[str, str] = {
 }
 
 
-def register(name: str, module: str) -> None:
-    """Add a method (used by solver modules that live outside this file's list)."""
-    _REGISTRY[name] = module
+BASELINES = ("checkpoint-all", "chen-greedy", "ap-greedy", "chen-sqrtn", "ap-sqrtn", "griewank")
+"""The classic methods: fast, no proven bound; exact solvers warm-start from the best."""
 
 
 def method_names() -> tuple[str, ...]:
@@ -74,6 +76,22 @@ def method_applies(name: str, graph: RematGraph) -> bool:
     module = importlib.import_module(_REGISTRY[name]) if name in _REGISTRY else None
     check = getattr(module, "applies", None)
     return True if check is None else bool(check(graph))
+
+
+def applicable(graph: RematGraph, names) -> list[str]:
+    """``names`` less the methods that do not handle this graph's shape."""
+    return [n for n in names if method_applies(n, graph)]
+
+
+def expand_methods(spec: str, graph: RematGraph) -> list[str]:
+    """``"all"``: every method but auto that handles ``graph``; else a comma-separated list of
+    names, each checked (an unknown name raises ValueError listing the valid ones)."""
+    if spec.strip() == "all":
+        return [m for m in method_names() if m != "auto" and method_applies(m, graph)]
+    names = [m.strip() for m in spec.split(",") if m.strip()]
+    for name in names:
+        solver(name)
+    return names
 
 
 def solver(name: str) -> SolverFn:

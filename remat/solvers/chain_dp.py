@@ -45,7 +45,7 @@ from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions
-from remat.solvers.griewank import UnsupportedGraphError
+from remat.errors import UnsupportedGraphError
 
 INF = float("inf")
 

@@ -132,9 +132,10 @@ def applies(graph: RematGraph) -> bool:
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
-    if not graph.is_chain or len(graph.forward_nodes) < 2:
+    if not applies(graph):
         raise UnsupportedGraphError(
-            "griewank handles chains only (each forward node reads just the one before it); "
+            "griewank handles chains only (each forward node reads just the one before it, and "
+            "every layer has a backward node); "
             "use chen-greedy, milp or auto for this graph")
     start = time.perf_counter()
     deadline = deadline_of(options.time_limit)

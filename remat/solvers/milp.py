@@ -18,11 +18,11 @@ from remat.schedule.rs import cheapest_r
 from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
 from remat.solvers import highs_backend
-from remat.solvers.base import SolveOptions, solver
+from remat.solvers.base import BASELINES, SolveOptions, applicable, solver
 from remat.solvers.milp_model import TIGHT, Formulation, MilpModel
 from remat.solvers.min_budget import min_budget, peak_lower_bound
 
-BASELINES = ("checkpoint-all", "chen-greedy", "ap-greedy", "chen-sqrtn", "ap-sqrtn", "griewank")
+__all__ = ["BASELINES", "applicable", "solve", "solve_with", "warm_start"]
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
@@ -64,13 +64,6 @@ def _progress(options: SolveOptions, model: MilpModel):
     return report
 
 
-def applicable(graph: RematGraph, names) -> list[str]:
-    """``names`` less the methods that do not handle this graph's shape."""
-    from remat.solvers.base import method_applies
-
-    return [n for n in names if method_applies(n, graph)]
-
-
 def best_baseline(graph: RematGraph, budget: float) -> Solution | None:
     """The cheapest baseline schedule within ``budget`` (None if none fits)."""
     best = None
@@ -101,7 +94,6 @@ def _solution(graph, budget, model, result, warm, method, began, options) -> Sol
                                    solve_time=time.perf_counter() - began,
                                    reason="stopped before any schedule was found", **details)
     R, S = candidate
-    details["model_peak"] = model.peak_of(model.vector(R, S))
     sol = Solution.from_schedule(graph, R, S, method, status, budget, lower_bound=bound,
                                  solve_time=time.perf_counter() - began, **details)
     proven = sol.compute_cost <= sol.lower_bound * (1 + 1e-9)
@@ -113,7 +105,11 @@ def _solution(graph, budget, model, result, warm, method, began, options) -> Sol
 
 
 def warm_start(graph: RematGraph, budget: float, options: SolveOptions) -> Solution | None:
-    """The best baseline that fits; if none does, the LP-rounding schedule (if it fits)."""
+    """``options.initial`` if given and fits; else the best baseline that fits; if none does,
+    the LP-rounding schedule (if it fits)."""
+    initial = options.initial
+    if initial is not None and initial.feasible and initial.peak_memory <= budget:
+        return initial
     warm = best_baseline(graph, budget)
     if warm is None:  # at most half the time: the MILP needs the rest
         half = None if options.time_limit is None else options.time_limit / 2

@@ -43,7 +43,7 @@ def peak_lower_bound(graph: RematGraph) -> float:
 
 def smallest_baseline(graph: RematGraph) -> tuple[float, np.ndarray, np.ndarray]:
     """The least peak any baseline reaches, with its schedule (checkpoint-all at worst)."""
-    from remat.solvers.milp import BASELINES, applicable
+    from remat.solvers.base import BASELINES, applicable
 
     R, S = checkpoint_all(graph)
     best = (simulate(graph, R, S).peak_memory, R, S)
