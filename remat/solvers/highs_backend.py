@@ -17,7 +17,7 @@ class BackendResult:
     """What HiGHS found: ``x`` is the best solution vector (None if none), ``bound`` the
     proven lower bound on the objective, in the model's units."""
 
-    status: str  # "optimal" | "infeasible" | "timeout" | "interrupted" | "error"
+    status: str  # "optimal" | "infeasible" | "timeout" | "interrupted" | "stopped" | "error"
     x: np.ndarray | None
     objective: float
     bound: float
@@ -56,8 +56,10 @@ def _new_highs(highspy, verbose: bool):
 def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
         threads: int | None = None, seed: int = 0, relax: bool = False,
         start: np.ndarray | None = None, progress: Callable[[dict], None] | None = None,
-        verbose: bool = False) -> BackendResult:
-    """Solve the model in ``arrays`` (see ``MilpModel.arrays``); ``relax`` drops integrality."""
+        verbose: bool = False, stop_at: float | None = None) -> BackendResult:
+    """Solve the model in ``arrays`` (see ``MilpModel.arrays``); ``relax`` drops integrality.
+    ``stop_at``: stop as soon as a solution this good is found (the caller holds a bound that
+    already proves it optimal); the result's status is then "stopped"."""
     highspy = _highspy()
     h = _new_highs(highspy, verbose)
     h.passModel(_lp(highspy, arrays, relax))
@@ -69,9 +71,26 @@ def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
         h.setSolution(solution)
     if progress is not None and not relax:
         _watch(h, progress)
+    reached = _stop_when(h, stop_at) if stop_at is not None and not relax else None
     began = time.perf_counter()
     interrupted = _run_interruptible(h)
-    return _result(highspy, h, relax, interrupted, time.perf_counter() - began)
+    result = _result(highspy, h, relax, interrupted, time.perf_counter() - began)
+    if reached and reached[0] and result.status == "interrupted" and not interrupted:
+        result.status = "stopped"
+    return result
+
+
+def _stop_when(h, target: float) -> list[bool]:
+    """Cancel the solve once the incumbent reaches ``target``; the returned flag says so."""
+    reached = [False]
+
+    def check(event) -> None:
+        if float(event.data_out.objective_function_value) <= target:
+            reached[0] = True
+            h.cancelSolve()
+
+    h.cbMipImprovingSolution.subscribe(check)
+    return reached
 
 
 def _lp(highspy, arrays: dict, relax: bool):

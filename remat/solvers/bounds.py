@@ -1,0 +1,151 @@
+"""A lower bound on the least compute cost within a budget, for graphs of thousands of nodes.
+
+The retention bound. Look at one moment of every schedule: stage t computing node t (the
+last computation of stage t, DESIGN.md). At that moment node t's output and all its inputs
+are alive, so memory is at least ``static + m_t + sum m_deps(t)`` plus every other value that
+happens to be alive. Now take a value v that some later node reads (v < t < last(v), its last
+reader) and that is not an input of t. If v is *not* alive at that moment, its last reader,
+which runs in stage last(v) > t, needs a fresh copy computed after the moment: v is computed
+at least twice. So every schedule within the budget defines a set K of values "alive at every
+moment they span" such that
+
+    for every t:  sum_{v in K spanning t} m_v  <=  budget - static - m_t - sum m_deps(t),
+
+and pays at least ``total_cost + sum_{v not in K} c_v``. The least such price over all K is
+therefore a lower bound on every schedule's cost: a 0/1 knapsack with one row per stage and
+one column per value (O(T) variables, against Checkmate's O(T^2) + FREE), which HiGHS solves
+or bounds in seconds where the full MILP's LP relaxation does not finish. Any proven dual
+bound of this small MILP is still a valid bound, so a time limit never makes it wrong.
+
+What it ignores, and so where it is weak: recomputing v needs v's inputs alive at that time,
+which may force further recomputation (chains at tight budgets pay p(n, s) > n - s). It is
+tight when the optimum recomputes each dropped value once from values that are alive anyway
+(cheap activations next to checkpoints), which is the common case at moderate budgets.
+"""
+from __future__ import annotations
+
+import math
+import time
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from remat.graph.core import RematGraph
+from remat.solvers import highs_backend
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A proven lower bound on the compute cost of any schedule within ``budget``
+    (``math.inf``: no schedule fits) and how it was found."""
+
+    value: float
+    status: str  # "optimal" (the knapsack solved) | "timeout" (its dual bound) | "infeasible"
+    seconds: float
+    columns: int
+    limit: float | None = None  # the time limit it ran under
+
+
+_CACHE: "weakref.WeakKeyDictionary[RematGraph, dict[float, Bound]]" = weakref.WeakKeyDictionary()
+
+
+def bound_time(time_limit: float | None) -> float:
+    """Seconds a solver gives the retention bound: a tenth of its limit (the knapsack is
+    small, O(T) variables, and usually solves in well under a second)."""
+    return 10.0 if time_limit is None else max(0.5, 0.1 * time_limit)
+
+
+def peak_lower_bound(graph: RematGraph) -> float:
+    """No schedule peaks below this: computing node k needs its inputs alive and its output
+    allocated, so ``static_mem + m_k + sum of its inputs' m`` is a candidate of every schedule."""
+    return graph.static_mem + float(operands(graph).max())
+
+
+def retention_bound(graph: RematGraph, budget: float, time_limit: float | None = 10.0,
+                    threads: int | None = None) -> Bound:
+    """The retention bound (module docstring) of ``graph`` within ``budget`` total bytes.
+    Cached per graph and budget (graphs are frozen); a cached bound that ran out of time is
+    recomputed only when asked with more time than it had."""
+    known = _CACHE.setdefault(graph, {})
+    hit = known.get(float(budget))
+    if hit is not None and (hit.status != "timeout" or (time_limit or math.inf) <= hit.limit):
+        return hit
+    found = _retention(graph, float(budget), time_limit, threads)
+    known[float(budget)] = found
+    return found
+
+
+def _retention(graph: RematGraph, budget: float, time_limit: float | None,
+               threads: int | None) -> Bound:
+    start = time.perf_counter()
+    room = budget - graph.static_mem - operands(graph)
+    if (room < 0).any():
+        return Bound(math.inf, "infeasible", time.perf_counter() - start, 0, time_limit)
+    columns, spans = _choices(graph, room)
+    total = float(graph.total_cost)
+    if not columns:
+        return Bound(total, "optimal", time.perf_counter() - start, 0, time_limit)
+    arrays = _knapsack(graph, columns, spans, room)
+    result = highs_backend.run(arrays, time_limit=time_limit, threads=threads)
+    dropped_all = float(graph.cost[columns].sum())
+    if result.status == "infeasible":  # cannot happen: K = {} fits every row with room >= 0
+        raise AssertionError("retention bound: empty retention set infeasible")
+    # objective = -(cost of the kept values); its dual bound is a lower bound on it
+    value = _safe(graph, total + dropped_all + min(result.bound, 0.0))
+    status = "optimal" if result.status == "optimal" else "timeout"
+    return Bound(max(value, total), status, time.perf_counter() - start, len(columns),
+                 time_limit)
+
+
+def _safe(graph: RematGraph, value: float) -> float:
+    """``value`` less HiGHS's tolerances, so that they never lift a bound above a true cost;
+    with whole-number costs every cost is whole, so the bound rounds up to one."""
+    if np.all(graph.cost == np.round(graph.cost)):
+        return float(math.ceil(value - 1e-6))
+    return value * (1 - 1e-9)
+
+
+def operands(graph: RematGraph) -> np.ndarray:
+    """Per node, the bytes alive whenever it is computed: its output and its inputs."""
+    mem = graph.mem
+    return np.array([mem[t] + sum(mem[d] for d in graph.deps[t]) for t in range(graph.size)],
+                    dtype=float)
+
+
+def _choices(graph: RematGraph, room: np.ndarray) -> tuple[list[int], list[list[int]]]:
+    """The values worth a column (positive cost and size, spanning some stage where they are
+    not an input), with the stages each one spans. Values that are free to recompute are
+    dropped and weightless ones kept without a column: both choices are optimal."""
+    columns, spans = [], []
+    for v in range(graph.size):
+        if graph.cost[v] <= 0 or graph.mem[v] <= 0 or not graph.users[v]:
+            continue
+        last = max(graph.users[v])
+        stages = [t for t in range(v + 1, last) if v not in graph.deps[t]]
+        if stages:
+            columns.append(v)
+            spans.append(stages)
+    return columns, spans
+
+
+def _knapsack(graph: RematGraph, columns: list[int], spans: list[list[int]],
+              room: np.ndarray) -> dict:
+    """HiGHS arrays: maximise the cost of kept values (minimise its negative) under one
+    memory row per stage."""
+    from scipy.sparse import coo_matrix
+
+    rows, cols, vals = [], [], []
+    for j, (v, stages) in enumerate(zip(columns, spans)):
+        rows += stages
+        cols += [j] * len(stages)
+        vals += [float(graph.mem[v])] * len(stages)
+    used = sorted(set(rows))
+    index = {t: r for r, t in enumerate(used)}
+    matrix = coo_matrix((vals, ([index[t] for t in rows], cols)),
+                        shape=(len(used), len(columns))).tocsc()
+    return dict(matrix=matrix, row_lower=np.full(len(used), -np.inf),
+                row_upper=room[used].astype(float),
+                col_lower=np.zeros(len(columns)), col_upper=np.ones(len(columns)),
+                cost=-graph.cost[columns].astype(float),
+                integrality=np.ones(len(columns), dtype=bool))
