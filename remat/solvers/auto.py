@@ -3,7 +3,8 @@
 First proves the retention bound (``remat.solvers.bounds``: a small knapsack, usually well
 under a second), then runs the methods that suit the graph in order of cost, stopping as soon
 as a schedule meets the bound, and returns the cheapest schedule that fits with the best
-lower bound proved: the baselines always; on chains
+lower bound proved: the baselines and ``retention`` (the schedule of the bound's knapsack)
+always; on chains
 ``chain-dp`` (the best persistent schedule, fast); then ``milp``, started from the best
 schedule so far, on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP relaxation with
 rounding (``lp-rounding``, whose LP optimum is a proven bound) up to ``LP_MAX_NODES``.

@@ -82,20 +82,40 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
     room = budget - graph.static_mem - operands(graph)
     if (room < 0).any():
         return Bound(math.inf, "infeasible", time.perf_counter() - start, 0, time_limit)
-    columns, spans = _choices(graph, room)
+    columns, spans = _choices(graph, graph.cost)
     total = float(graph.total_cost)
     if not columns:
         return Bound(total, "optimal", time.perf_counter() - start, 0, time_limit)
-    arrays = _knapsack(graph, columns, spans, room)
-    result = highs_backend.run(arrays, time_limit=time_limit, threads=threads)
-    dropped_all = float(graph.cost[columns].sum())
+    result = highs_backend.run(_knapsack(graph, columns, spans, room, graph.cost),
+                               time_limit=time_limit, threads=threads)
     if result.status == "infeasible":  # cannot happen: K = {} fits every row with room >= 0
         raise AssertionError("retention bound: empty retention set infeasible")
     # objective = -(cost of the kept values); its dual bound is a lower bound on it
+    dropped_all = float(graph.cost[columns].sum())
     value = _safe(graph, total + dropped_all + min(result.bound, 0.0))
     status = "optimal" if result.status == "optimal" else "timeout"
     return Bound(max(value, total), status, time.perf_counter() - start, len(columns),
                  time_limit)
+
+
+def retained(graph: RematGraph, budget: float, weights: np.ndarray,
+             time_limit: float | None = 10.0, threads: int | None = None) -> set[int] | None:
+    """The retention set K that keeps the most ``weights`` within ``budget`` (the knapsack of
+    the module docstring with other prices: the ``retention`` method's starting point); None
+    if the budget is below ``peak_lower_bound`` or HiGHS found no solution in time."""
+    room = float(budget) - graph.static_mem - operands(graph)
+    if (room < 0).any():
+        return None
+    columns, spans = _choices(graph, weights)
+    keep = set(range(graph.size)) - set(columns)
+    keep -= {v for v in range(graph.size) if weights[v] <= 0 and graph.mem[v] > 0}
+    if not columns:
+        return keep
+    result = highs_backend.run(_knapsack(graph, columns, spans, room, weights),
+                               time_limit=time_limit, threads=threads)
+    if result.x is None:
+        return None
+    return keep | {v for v, x in zip(columns, result.x) if x > 0.5}
 
 
 def _safe(graph: RematGraph, value: float) -> float:
@@ -113,13 +133,13 @@ def operands(graph: RematGraph) -> np.ndarray:
                     dtype=float)
 
 
-def _choices(graph: RematGraph, room: np.ndarray) -> tuple[list[int], list[list[int]]]:
-    """The values worth a column (positive cost and size, spanning some stage where they are
-    not an input), with the stages each one spans. Values that are free to recompute are
+def _choices(graph: RematGraph, weights: np.ndarray) -> tuple[list[int], list[list[int]]]:
+    """The values worth a column (positive weight and size, spanning some stage where they
+    are not an input), with the stages each one spans. Values that are free to recompute are
     dropped and weightless ones kept without a column: both choices are optimal."""
     columns, spans = [], []
     for v in range(graph.size):
-        if graph.cost[v] <= 0 or graph.mem[v] <= 0 or not graph.users[v]:
+        if weights[v] <= 0 or graph.mem[v] <= 0 or not graph.users[v]:
             continue
         last = max(graph.users[v])
         stages = [t for t in range(v + 1, last) if v not in graph.deps[t]]
@@ -130,8 +150,8 @@ def _choices(graph: RematGraph, room: np.ndarray) -> tuple[list[int], list[list[
 
 
 def _knapsack(graph: RematGraph, columns: list[int], spans: list[list[int]],
-              room: np.ndarray) -> dict:
-    """HiGHS arrays: maximise the cost of kept values (minimise its negative) under one
+              room: np.ndarray, weights: np.ndarray) -> dict:
+    """HiGHS arrays: maximise the weight of kept values (minimise its negative) under one
     memory row per stage."""
     from scipy.sparse import coo_matrix
 
@@ -147,5 +167,5 @@ def _knapsack(graph: RematGraph, columns: list[int], spans: list[list[int]],
     return dict(matrix=matrix, row_lower=np.full(len(used), -np.inf),
                 row_upper=room[used].astype(float),
                 col_lower=np.zeros(len(columns)), col_upper=np.ones(len(columns)),
-                cost=-graph.cost[columns].astype(float),
+                cost=-np.asarray(weights, dtype=float)[columns],
                 integrality=np.ones(len(columns), dtype=bool))
