@@ -47,6 +47,10 @@ class Bound:
     limit: float | None = None  # the time limit it ran under
 
 
+PROVEN_RTOL = 1e-7
+"""A schedule within this relative distance of a proven bound counts as proven optimal (float
+sums of per-node costs, and HiGHS's own tolerances, differ from exact arithmetic by less)."""
+
 _CACHE: "weakref.WeakKeyDictionary[RematGraph, dict[float, Bound]]" = weakref.WeakKeyDictionary()
 
 

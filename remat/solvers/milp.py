@@ -19,7 +19,7 @@ from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
 from remat.solvers import highs_backend
 from remat.solvers.base import BASELINES, SolveOptions, applicable, solver
-from remat.solvers.bounds import bound_time, retention_bound
+from remat.solvers.bounds import PROVEN_RTOL, Bound, bound_time, retention_bound
 from remat.solvers.milp_model import TIGHT, Formulation, MilpModel
 from remat.solvers.min_budget import min_budget, peak_lower_bound
 
@@ -31,15 +31,17 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
 
 
 def solve_with(graph: RematGraph, budget: float, options: SolveOptions,
-               formulation: Formulation, method: str = "milp") -> Solution:
-    """``milp`` with an explicit formulation (the benchmark compares them)."""
+               formulation: Formulation, method: str = "milp", retention: bool = True) -> Solution:
+    """``milp`` with an explicit formulation (the benchmark compares them); ``retention=False``
+    is Checkmate's plain MILP: no retention bound to stop at or report."""
     began = time.perf_counter()
     if budget < peak_lower_bound(graph):  # no schedule fits: skip the (slow) proof by MILP
         return _infeasible(graph, budget, method, began, options, reason="below peak_lower_bound")
     warm = warm_start(graph, budget, options) if options.warm_start else None
-    known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
-    target = known.value * (1 + options.mip_rel_gap)
-    if warm is not None and warm.compute_cost <= target * (1 + 1e-9):  # proven: no MILP needed
+    known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads) \
+        if retention else Bound(graph.total_cost, "trivial", 0.0, 0)
+    target = known.value * (1 + options.mip_rel_gap) * (1 + PROVEN_RTOL)
+    if warm is not None and warm.compute_cost <= target:  # proven already: no MILP needed
         proof = warm.with_(method=method, lower_bound=max(known.value, warm.lower_bound),
                            solve_time=time.perf_counter() - began,
                            details={**warm.details, "proven_by": "retention bound"})
@@ -112,7 +114,7 @@ def _solution(graph, budget, model, result, warm, method, began, options,
 def _proven(sol: Solution, mip_rel_gap: float) -> Solution:
     """The status the bound supports: "optimal" when it meets the cost, "feasible" within
     ``mip_rel_gap``; a claimed optimum the bound does not meet (perturbed costs) is "feasible"."""
-    if sol.compute_cost <= sol.lower_bound * (1 + 1e-9):
+    if sol.compute_cost <= sol.lower_bound * (1 + PROVEN_RTOL):
         return sol.with_(status="optimal")
     if sol.status == "optimal" or sol.compute_cost <= sol.lower_bound * (1 + mip_rel_gap):
         return sol.with_(status="feasible")

@@ -83,25 +83,48 @@ def _fit(graph: RematGraph, budget: float, weights: np.ndarray, deadline, thread
 
 
 def schedule_of(graph: RematGraph, kept: set[int]) -> tuple[np.ndarray, np.ndarray]:
-    """K resident from computation to last read; the rest recomputed where read."""
+    """K resident from computation to last read. Any other value stays until the first stage
+    where the knapsack counted it dropped (it serves its readers up to there, typically the
+    next forward node) and is recomputed where it is read after that."""
     S = np.zeros((graph.size, graph.size), dtype=bool)
-    for v in kept:
-        if graph.users[v]:
-            S[v + 1:max(graph.users[v]) + 1, v] = True
+    for v in range(graph.size):
+        if not graph.users[v]:
+            continue
+        last = max(graph.users[v])
+        if v not in kept:
+            last = next((t for t in range(v + 1, last) if v not in graph.deps[t]), last)
+        S[v + 1:last + 1, v] = True
     return tighten(graph, S)
 
 
 def rebuild_costs(graph: RematGraph, kept: set[int]) -> np.ndarray:
-    """Per value, its cost plus the cost of every ancestor outside ``kept`` reachable through
-    values outside ``kept``: what recomputing it from K costs."""
-    needs: list[frozenset[int]] = []
+    """Per value v, what dropping it costs given K: v itself plus every ancestor that is not
+    alive when v is next read after its drop (ancestors outside K, or in K but past their
+    last read by then), found through the ancestors that must be rebuilt as well."""
+    weights = graph.cost.astype(float)
     for v in range(graph.size):
-        own: set[int] = {v}
-        for d in graph.deps[v]:
-            if d not in kept:
-                own |= needs[d]
-        needs.append(frozenset(own))
-    return np.array([float(graph.cost[list(needs[v])].sum()) for v in range(graph.size)])
+        when = _next_read_after_drop(graph, v)
+        if when is None:
+            continue
+        seen, stack = {v}, list(graph.deps[v])
+        while stack:
+            d = stack.pop()
+            if d in seen or (d in kept and max(graph.users[d]) >= when):
+                continue
+            seen.add(d)
+            weights[v] += graph.cost[d]
+            stack.extend(graph.deps[d])
+    return weights
+
+
+def _next_read_after_drop(graph: RematGraph, v: int) -> int | None:
+    """The first reader of v after the first stage it spans without being read (where the
+    knapsack drops it), or None if it spans no such stage."""
+    if not graph.users[v]:
+        return None
+    last = max(graph.users[v])
+    drop = next((t for t in range(v + 1, last) if v not in graph.deps[t]), None)
+    return None if drop is None else min(u for u in graph.users[v] if u > drop)
 
 
 def _past(deadline: float | None) -> bool:
