@@ -83,7 +83,7 @@ def retention_bound(graph: RematGraph, budget: float, time_limit: float | None =
 def _retention(graph: RematGraph, budget: float, time_limit: float | None,
                threads: int | None) -> Bound:
     start = time.perf_counter()
-    room = budget - graph.static_mem - operands(graph)
+    room = stage_room(graph, budget)
     if (room < 0).any():
         return Bound(math.inf, "infeasible", time.perf_counter() - start, 0, time_limit)
     columns, spans = _choices(graph, graph.cost)
@@ -102,12 +102,18 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
                  time_limit)
 
 
-def retained(graph: RematGraph, budget: float, weights: np.ndarray,
+def stage_room(graph: RematGraph, budget: float) -> np.ndarray:
+    """Per stage t, the bytes the knapsack may fill while node t runs: the budget less static
+    memory and node t's operands (negative: no schedule fits the budget)."""
+    return float(budget) - graph.static_mem - operands(graph)
+
+
+def retained(graph: RematGraph, room: np.ndarray, weights: np.ndarray,
              time_limit: float | None = 10.0, threads: int | None = None) -> set[int] | None:
-    """The retention set K that keeps the most ``weights`` within ``budget`` (the knapsack of
-    the module docstring with other prices: the ``retention`` method's starting point); None
-    if the budget is below ``peak_lower_bound`` or HiGHS found no solution in time."""
-    room = float(budget) - graph.static_mem - operands(graph)
+    """The retention set K that keeps the most ``weights`` within ``room`` (per stage, see
+    ``stage_room``): the knapsack of the module docstring with other prices, the
+    ``retention`` method's starting point. None if some room is negative or HiGHS found no
+    solution in time."""
     if (room < 0).any():
         return None
     columns, spans = _choices(graph, weights)

@@ -9,7 +9,8 @@ everything else is recomputed (with any missing inputs) in the stage that reads 
 - the price of dropping a value is not its own cost but the cost of rebuilding it from K
   (its dropped ancestors too): after each round the weights become those rebuild costs;
 - recomputed values need room the knapsack did not reserve: when a schedule goes over the
-  budget, the knapsack is solved again with less room, until one fits.
+  budget, the knapsack is solved again with each stage's room cut by that stage's overshoot
+  (a few times), then with the room scaled down as a whole, until one fits.
 
 Every schedule is priced by the simulator; the cheapest that fits wins. It scales to
 thousands of nodes (one small knapsack per try) and is often far cheaper than the checkpoint
@@ -27,13 +28,14 @@ from remat.schedule.rs import tighten
 from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions
-from remat.solvers.bounds import bound_time, peak_lower_bound, retained, retention_bound
+from remat.solvers.bounds import bound_time, retained, retention_bound, stage_room
 
 ROUNDS = 3
 """Weight updates (rebuild costs from the previous K); more rarely helped (measured)."""
-SCALES = (1.0, 0.95, 0.85, 0.7, 0.5, 0.25, 0.0)
-"""Fractions of the room above ``peak_lower_bound`` the knapsack may fill, tried in order
-until a schedule fits."""
+REPAIRS = 6
+"""Knapsack solves that cut each stage's room by its overshoot before scaling down."""
+SCALES = (1.0, 0.85, 0.7, 0.5, 0.25, 0.0)
+"""Then: fractions of the room above the smallest stage room, tried until a schedule fits."""
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
@@ -61,16 +63,19 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
 
 
 def _fit(graph: RematGraph, budget: float, weights: np.ndarray, deadline, threads):
-    """The first schedule that fits, shrinking the knapsack's room; returns ((cost, R, S) or
-    None, the K of the last try, number of tries, least peak seen)."""
-    floor = peak_lower_bound(graph)
-    kept, tries, least = None, 0, math.inf
-    for scale in SCALES:
+    """The first schedule that fits: the knapsack's room is cut by each stage's overshoot
+    (``REPAIRS`` times), then scaled down as a whole. Returns ((cost, R, S) or None, the K of
+    the last try, number of tries, least peak seen)."""
+    full = stage_room(graph, budget)
+    floor = full.min()  # the room every stage has at the smallest possible budget
+    rooms = [full] * REPAIRS + [floor + scale * (full - floor) for scale in SCALES[1:]]
+    kept, tries, least, cut = None, 0, math.inf, np.zeros(graph.size)
+    for attempt, room in enumerate(rooms):
         if _past(deadline) and tries:
             break
         limit = 2.0 if deadline is None else max(0.1, min(2.0, deadline - time.perf_counter()))
-        inner = floor + scale * (budget - floor)
-        kept = retained(graph, inner, weights, time_limit=limit, threads=threads)
+        room = np.maximum(room - cut, 0.0) if attempt < REPAIRS else room
+        kept = retained(graph, room, weights, time_limit=limit, threads=threads)
         if kept is None:
             continue
         tries += 1
@@ -79,7 +84,17 @@ def _fit(graph: RematGraph, budget: float, weights: np.ndarray, deadline, thread
         least = min(least, sim.peak_memory)
         if sim.peak_memory <= budget:
             return (sim.compute_cost, R, S), kept, tries, least
+        cut += np.maximum(stage_peaks(graph, sim) - budget, 0.0)
     return None, kept, tries, least
+
+
+def stage_peaks(graph: RematGraph, sim) -> np.ndarray:
+    """The simulator's largest candidate of each stage."""
+    peaks = np.zeros(graph.size)
+    for event in sim.timeline:
+        if event.action == "compute":
+            peaks[event.stage] = max(peaks[event.stage], event.memory)
+    return peaks
 
 
 def schedule_of(graph: RematGraph, kept: set[int]) -> tuple[np.ndarray, np.ndarray]:
