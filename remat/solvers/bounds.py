@@ -90,13 +90,13 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
     total = float(graph.total_cost)
     if not columns:
         return Bound(total, "optimal", time.perf_counter() - start, 0, time_limit)
-    result = highs_backend.run(_knapsack(graph, columns, spans, room, graph.cost),
+    result = highs_backend.run(_with_rebuilds(graph, columns, spans, room),
                                time_limit=time_limit, threads=threads)
-    if result.status == "infeasible":  # cannot happen: K = {} fits every row with room >= 0
-        raise AssertionError("retention bound: empty retention set infeasible")
-    # objective = -(cost of the kept values); its dual bound is a lower bound on it
+    if result.status == "infeasible":  # cannot happen: keep nothing, rebuild every input
+        raise AssertionError("retention bound: keeping nothing is infeasible")
+    # objective = rebuilds - (cost of the kept values); its dual bound is a lower bound on it
     dropped_all = float(graph.cost[columns].sum())
-    value = _safe(graph, total + dropped_all + min(result.bound, 0.0))
+    value = _safe(graph, total + dropped_all + result.bound)
     status = "optimal" if result.status == "optimal" else "timeout"
     return Bound(max(value, total), status, time.perf_counter() - start, len(columns),
                  time_limit)
@@ -163,19 +163,87 @@ def _knapsack(graph: RematGraph, columns: list[int], spans: list[list[int]],
               room: np.ndarray, weights: np.ndarray) -> dict:
     """HiGHS arrays: maximise the weight of kept values (minimise its negative) under one
     memory row per stage."""
-    from scipy.sparse import coo_matrix
+    model = _Model(room)
+    for v, stages in zip(columns, spans):
+        col = model.column(-float(weights[v]))
+        for t in stages:
+            model.memory(t, col, float(graph.mem[v]))
+    return model.arrays()
 
-    rows, cols, vals = [], [], []
-    for j, (v, stages) in enumerate(zip(columns, spans)):
-        rows += stages
-        cols += [j] * len(stages)
-        vals += [float(graph.mem[v])] * len(stages)
-    used = sorted(set(rows))
-    index = {t: r for r, t in enumerate(used)}
-    matrix = coo_matrix((vals, ([index[t] for t in rows], cols)),
-                        shape=(len(used), len(columns))).tocsc()
-    return dict(matrix=matrix, row_lower=np.full(len(used), -np.inf),
-                row_upper=room[used].astype(float),
-                col_lower=np.zeros(len(columns)), col_upper=np.ones(len(columns)),
-                cost=-np.asarray(weights, dtype=float)[columns],
-                integrality=np.ones(len(columns), dtype=bool))
+
+def _with_rebuilds(graph: RematGraph, columns: list[int], spans: list[list[int]],
+                   room: np.ndarray) -> dict:
+    """The retention knapsack plus the inputs a dropped value needs to be rebuilt.
+
+    Let v be dropped (not kept, so absent at some stage s >= t_v, its first span stage, and
+    recomputed after s) and d an input of v whose last read comes before t_v. When v is
+    recomputed, d must be alive: either d is computed again after its last read (``p_d``,
+    costing c_d, once for all such v: a different computation from any the knapsack counts,
+    which all lie within d's own lifetime), or d was never freed since that last read, so it
+    is alive at every stage from last(d) + 1 to t_v (``a_{d,r}``, m_d bytes in row r;
+    alive at r+1 implies alive at r unless p_d). Every schedule satisfies these rows, so the
+    bound stays valid; it catches e.g. attention's q, k, v splits, cheap to drop but only
+    rebuildable from the large QKV product, which is gone by then.
+    """
+    model = _Model(room)
+    keep = {v: model.column(-float(graph.cost[v])) for v in columns}
+    for v, stages in zip(columns, spans):
+        for t in stages:
+            model.memory(t, keep[v], float(graph.mem[v]))
+    pairs = [(v, d, spans_v[0]) for v, spans_v in zip(columns, spans) for d in graph.deps[v]
+             if graph.cost[d] > 0 and graph.mem[d] > 0 and max(graph.users[d]) < spans_v[0]]
+    horizon: dict[int, int] = {}
+    for _, d, t in pairs:
+        horizon[d] = max(horizon.get(d, 0), t)
+    rebuilt, alive = {}, {}
+    for d, until in horizon.items():
+        rebuilt[d] = model.column(float(graph.cost[d]))
+        for r in range(max(graph.users[d]) + 1, until + 1):
+            alive[d, r] = model.column(0.0)
+            model.memory(r, alive[d, r], float(graph.mem[d]))
+            if (d, r - 1) in alive:  # a[d, r-1] >= a[d, r] - p_d
+                model.row([alive[d, r - 1], alive[d, r], rebuilt[d]], [1.0, -1.0, 1.0], 0.0)
+    for v, d, t in pairs:  # y_v + p_d + a[d, t_v] >= 1
+        model.row([keep[v], rebuilt[d], alive[d, t]], [1.0, 1.0, 1.0], 1.0)
+    return model.arrays()
+
+
+class _Model:
+    """A small 0/1 program for HiGHS: one memory row per stage (bounded by ``room``), extra
+    rows, and a cost per column."""
+
+    def __init__(self, room: np.ndarray):
+        self.room = room
+        self.cost: list[float] = []
+        self.entries: list[tuple[int, int, float]] = []  # (stage, column, bytes)
+        self.rows: list[tuple[list[int], list[float], float]] = []  # (columns, values, lower)
+
+    def column(self, cost: float) -> int:
+        self.cost.append(cost)
+        return len(self.cost) - 1
+
+    def memory(self, stage: int, column: int, size: float) -> None:
+        self.entries.append((stage, column, size))
+
+    def row(self, columns: list[int], values: list[float], lower: float) -> None:
+        self.rows.append((columns, values, lower))
+
+    def arrays(self) -> dict:
+        from scipy.sparse import coo_matrix
+
+        stages = sorted({stage for stage, _, _ in self.entries})
+        index = {t: r for r, t in enumerate(stages)}
+        rows = [index[t] for t, _, _ in self.entries]
+        cols = [c for _, c, _ in self.entries]
+        vals = [v for _, _, v in self.entries]
+        for k, (columns, values, _) in enumerate(self.rows):
+            rows += [len(stages) + k] * len(columns)
+            cols += columns
+            vals += values
+        shape = (len(stages) + len(self.rows), len(self.cost))
+        lower = [-np.inf] * len(stages) + [lo for _, _, lo in self.rows]
+        upper = list(self.room[stages].astype(float)) + [np.inf] * len(self.rows)
+        return dict(matrix=coo_matrix((vals, (rows, cols)), shape=shape).tocsc(),
+                    row_lower=np.array(lower), row_upper=np.array(upper),
+                    col_lower=np.zeros(len(self.cost)), col_upper=np.ones(len(self.cost)),
+                    cost=np.array(self.cost), integrality=np.ones(len(self.cost), dtype=bool))
