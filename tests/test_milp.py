@@ -226,8 +226,8 @@ def test_auto_uses_milp_on_small_graphs_and_reports_its_bound():
 
 def test_milp_returns_the_vector_of_its_optimum_with_a_start():
     """HiGHS 1.16 with presolve and a start solution reported objective 12 here but returned
-    the start's vector (cost 14, the retention schedule); the backend re-solves such a result
-    without presolve, so milp returns the exhaustive optimum."""
+    the start's vector (cost 14, the retention schedule); the backend now turns presolve off
+    whenever it passes a start, so milp returns the exhaustive optimum."""
     graph = remat.graphs.linear(4, unit=True)
     budget = remat.parse_budget("80%", graph)
     warm = solver("retention")(graph, budget, SolveOptions())
