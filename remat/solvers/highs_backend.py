@@ -61,14 +61,15 @@ def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
     ``stop_at``: stop as soon as a solution this good is found (the caller holds a bound that
     already proves it optimal); the result's status is then "stopped".
 
-    With a ``start`` solution, HiGHS's presolve is turned off: HiGHS 1.16 with presolve and a
-    start returned wrong answers here. On ``linear(4, unit=True)`` at 80% it reported objective
+    Integer programs run without HiGHS's presolve. Its MIP presolve has a record of "optimal"
+    answers that are not (HiGHS issues #1273, #1725, #3094), and HiGHS 1.16 with presolve and
+    a start returned wrong answers here. On ``linear(4, unit=True)`` at 80% it reported objective
     12 with the start's own vector (cost 14); on the tiny VGG16 graph at 60%
     (bench/graphs/vgg16-module.json) it claimed "optimal" at 14.152 with bound 14.152 while the
     optimum is 14.1485 (proven by cold solves with and without presolve, and by a start without
     presolve, which was also the fastest of the four: 7 s against 20-28 s)."""
     result = _solve(arrays, time_limit, mip_rel_gap, threads, seed, relax, start, progress,
-                    verbose, stop_at, presolve=start is None or relax)
+                    verbose, stop_at, presolve=relax)
     if result.x is not None and not relax and _stale(arrays, result):
         raise RuntimeError("HiGHS returned a solution vector whose objective is not the one it "
                            "reports; please report this model")
