@@ -34,8 +34,10 @@ Costs and sizes are exact (no memory discretization): memo keys hold the exact r
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,7 +97,16 @@ def chain_of(graph: RematGraph) -> Chain:
 
 
 class _ChainDP:
-    """Memoised recursion over (segment, top, bytes); ``choice`` records each state's argmin.
+    """Memoised recursion over (segment, top, bytes), each state's value function stored as
+    intervals of budget.
+
+    The least cost of a state is a non-increasing step function of its budget M. When the
+    recursion finds the optimum at M with a schedule whose own peak is P <= M, every budget in
+    [P, M] has that optimum and that schedule (more memory never costs more; the schedule
+    fits). So a state keeps the intervals it has solved, and a budget inside one is answered by
+    bisection: the number of solves per state is about the number of steps of its function,
+    not the number of distinct budgets the recursion asks about (sums of checkpoint sizes).
+    Ties in cost go to the smaller peak, so each interval starts where its step starts.
 
     Three exact shortcuts keep the state count down: a state whose budget covers the peak of
     storing every value (``store_peak``) costs exactly one computation per node (the least
@@ -108,8 +119,8 @@ class _ChainDP:
     def __init__(self, chain: Chain):
         self.c = chain
         n = chain.n
-        self.memo: dict[tuple, float] = {}
-        self.choice: dict[tuple, tuple[int, int]] = {}
+        self.memo: dict[tuple, _Steps] = {}
+        self.solves = 0
         self.fwd_prefix = _prefix(chain.fwd_cost)
         self.bwd_prefix = _prefix(chain.bwd_cost)
         self.need, self.store_peak = _range_tables(chain)
@@ -121,20 +132,30 @@ class _ChainDP:
         fwd = self.fwd_prefix[t + 1 - top] - self.fwd_prefix[s]
         return fwd + self.bwd_prefix[t + 1] - self.bwd_prefix[s]
 
-    def best(self, s: int, t: int, top: int, budget: float) -> float:
-        """Least cost of backward stages b_t..b_s (see the module docstring)."""
+    def best(self, s: int, t: int, top: int, budget: float) -> tuple[float, float]:
+        """(least cost, peak of the schedule that reaches it) of backward stages b_t..b_s
+        within ``budget`` (see the module docstring); (inf, inf) if nothing fits."""
         if budget < self.need[s][t]:
-            return INF
+            return INF, INF
         if budget >= self.store_peak[s][t]:
-            return self.store_cost(s, t, top)
-        key = (self.segment_id[s][t], top, budget)
-        hit = self.memo.get(key)
-        if hit is None:
-            hit = self.memo[key] = self._split(s, t, top, budget, key)
-        return hit
+            return self.store_cost(s, t, top), self.store_peak[s][t]
+        steps = self.steps(s, t, top)
+        i = steps.find(budget)
+        if i < 0:
+            self.solves += 1
+            i = steps.add(budget, *self._split(s, t, top, budget))
+        return steps.cost[i], steps.low[i]
 
-    def _split(self, s: int, t: int, top: int, budget: float, key) -> float:
-        """Try every first checkpoint j in s..t-1 of the forward sweep of stage b_t."""
+    def steps(self, s: int, t: int, top: int) -> "_Steps":
+        key = (self.segment_id[s][t], top)
+        steps = self.memo.get(key)
+        if steps is None:
+            steps = self.memo[key] = _Steps()
+        return steps
+
+    def _split(self, s: int, t: int, top: int, budget: float):
+        """Try every first checkpoint j in s..t-1 of the forward sweep of stage b_t; return
+        (cost, peak, (j - s, keep)) of the cheapest, the lower peak among equal costs."""
         c = self.c
         mem = c.fwd_mem
         base = self.base[s]
@@ -143,25 +164,30 @@ class _ChainDP:
         extra = base + above + (mem[t] if top else 0.0)
         # Every node of the segment runs once, and a_s..a_{j-1}, which the sweep does not
         # store, run again below j: ``floor + sweep before j`` bounds choice j from below and
-        # grows with j, so the loop stops once it reaches the best total found.
+        # grows with j, so the loop stops once it passes the best total found.
         floor = self.store_cost(s, t, top)
-        best, run_cost, run_peak = INF, 0.0, 0.0
+        best, best_peak, choice = INF, INF, None
+        run_cost, run_peak = 0.0, 0.0
         for j in range(s, t):
-            if floor + run_cost >= best:
+            if floor + run_cost > best:
                 break
             run_peak = max(run_peak, extra + (mem[j - 1] if j > s else 0.0) + mem[j])
             run_cost += c.fwd_cost[j]
             if run_peak > budget:
                 break
-            upper = run_cost + self.best(j + 1, t, top, budget - base)
-            if upper + self.store_cost(s, j, 1) >= best:
+            up_cost, up_peak = self.best(j + 1, t, top, budget - base)
+            upper = run_cost + up_cost
+            if upper + self.store_cost(s, j, 1) > best:
                 continue
             for keep in (1, 0):
-                total = upper + self.best(s, j, keep, budget)
-                if total < best:
-                    best = total
-                    self.choice[key] = (j - s, keep)
-        return best
+                low_cost, low_peak = self.best(s, j, keep, budget)
+                total = upper + low_cost
+                if total > best or total == INF:
+                    continue
+                peak = max(run_peak, base + up_peak, low_peak)
+                if total < best or peak < best_peak:
+                    best, best_peak, choice = total, peak, (j - s, keep)
+        return best, best_peak, choice
 
     # ----- schedule reconstruction -------------------------------------------------------
     def stage_of(self, t: int, node: int) -> int:
@@ -175,7 +201,9 @@ class _ChainDP:
         if budget >= self.store_peak[s][t]:
             ops += [(self.stage_of(t, i), i) for i in range(s, t + 1 - top)]
             return
-        offset, keep = self.choice[(self.segment_id[s][t], top, budget)]
+        self.best(s, t, top, budget)  # solved already unless float rounding moved the budget
+        steps = self.steps(s, t, top)
+        offset, keep = steps.choice[steps.find(budget)]
         j = s + offset
         ops += [(self.stage_of(t, i), i) for i in range(s, j + 1)]
         self.recomputed(j + 1, t, top, budget - self.base[s], ops)
@@ -202,6 +230,38 @@ class _ChainDP:
             lower = min(memo[(s, j, 1)], memo[(s, j, 0)])
             best = min(best, max(run_peak, base + memo[(j + 1, t, top)], lower))
         return best
+
+
+class _Steps:
+    """The solved budget intervals [low, high] of one DP state, sorted by ``low``, none inside
+    another: a budget is answered by the interval with the largest low at or below it, if it
+    reaches that far. ``low`` is the peak of the interval's schedule (-inf when nothing fits)."""
+
+    __slots__ = ("low", "high", "cost", "choice")
+
+    def __init__(self):
+        self.low: list[float] = []
+        self.high: list[float] = []
+        self.cost: list[float] = []
+        self.choice: list = []
+
+    def find(self, budget: float) -> int:
+        """Index of the interval holding ``budget``, or -1."""
+        i = bisect_right(self.low, budget) - 1
+        return i if i >= 0 and budget <= self.high[i] else -1
+
+    def add(self, budget: float, cost: float, peak: float, choice) -> int:
+        """Record the optimum solved at ``budget`` (a miss); returns its index. Intervals
+        starting in [peak, budget] end before ``budget`` (it was a miss), so they lie inside
+        the new one and go."""
+        low = peak if cost < INF else -INF
+        i = bisect_left(self.low, low)
+        j = i
+        while j < len(self.low) and self.low[j] <= budget:
+            j += 1
+        self.low[i:j], self.high[i:j] = [low], [budget]
+        self.cost[i:j], self.choice[i:j] = [cost], [choice]
+        return i
 
 
 def _prefix(values) -> list[float]:
@@ -250,13 +310,23 @@ def _range_tables(chain: Chain) -> tuple[list[list[float]], list[list[float]]]:
     return need, store
 
 
+def usable(chain: Chain, free_mem: float) -> float:
+    """``free_mem`` rounded down to whole bytes when every size is whole: then every peak the
+    DP adds up is an exact integer in float arithmetic, so ``budget - base`` and ``base +
+    peak`` round-trip and the interval bookkeeping is exact."""
+    sizes = chain.fwd_mem + chain.grad_mem
+    if math.isfinite(free_mem) and all(float(v).is_integer() and abs(v) < 2 ** 50 for v in sizes):
+        return float(math.floor(free_mem))
+    return free_mem
+
+
 def optimal_cost(chain: Chain, free_mem: float) -> tuple[float, _ChainDP]:
     """The least compute cost within ``free_mem`` bytes above static memory (inf if none)."""
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 20 * chain.n + 1000))
     try:
         dp = _ChainDP(chain)
-        return dp.best(0, chain.n - 1, 0, free_mem) + chain.loss_cost, dp
+        return dp.best(0, chain.n - 1, 0, usable(chain, free_mem))[0] + chain.loss_cost, dp
     finally:
         sys.setrecursionlimit(limit)
 
@@ -265,7 +335,7 @@ def schedule(graph: RematGraph, dp: _ChainDP, free_mem: float) -> tuple[np.ndarr
     """R/S of the optimal schedule the DP found (every node in its own stage, plus the
     forward recomputations of the backward stages)."""
     ops: list[tuple[int, int]] = []
-    dp.recomputed(0, dp.c.n - 1, 0, free_mem, ops)
+    dp.recomputed(0, dp.c.n - 1, 0, usable(dp.c, free_mem), ops)
     R = np.eye(graph.size, dtype=bool)
     for stage, node in ops:
         R[stage, node] = True
@@ -287,7 +357,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     status = "optimal" if np.isclose(cost, graph.total_cost, rtol=1e-12) else "feasible"
     sol = Solution.from_schedule(graph, R, S, "chain-dp", status, budget,
                                  lower_bound=graph.total_cost, solve_time=elapsed,
-                                 states=len(dp.memo), optimal_in_class=True)
+                                 states=dp.solves, optimal_in_class=True)
     if sol.peak_memory > budget or not np.isclose(sol.compute_cost, cost, rtol=1e-9):
         raise RematError(f"chain-dp: internal error, the DP's schedule simulates to cost "
                          f"{sol.compute_cost} and peak {sol.peak_memory} (DP: cost {cost} within "
