@@ -120,6 +120,7 @@ class _ChainDP:
         self.c = chain
         n = chain.n
         self.memo: dict[tuple, _Steps] = {}
+        self.cells: list[list[list]] = [[[None] * n for _ in range(n)] for _ in (0, 1)]
         self.solves = 0
         self.fwd_prefix = _prefix(chain.fwd_cost)
         self.bwd_prefix = _prefix(chain.bwd_cost)
@@ -139,48 +140,59 @@ class _ChainDP:
             return INF, INF
         if budget >= self.store_peak[s][t]:
             return self.store_cost(s, t, top), self.store_peak[s][t]
-        steps = self.steps(s, t, top)
-        i = steps.find(budget)
-        if i < 0:
+        steps = self.cells[top][s][t] or self.steps(s, t, top)
+        i = bisect_right(steps.low, budget) - 1
+        if i < 0 or budget > steps.high[i]:
             self.solves += 1
             i = steps.add(budget, *self._split(s, t, top, budget))
         return steps.cost[i], steps.low[i]
 
     def steps(self, s: int, t: int, top: int) -> "_Steps":
+        """The interval store of state (s, t, top), shared by every segment with its content."""
         key = (self.segment_id[s][t], top)
         steps = self.memo.get(key)
         if steps is None:
             steps = self.memo[key] = _Steps()
+        self.cells[top][s][t] = steps
         return steps
 
     def _split(self, s: int, t: int, top: int, budget: float):
         """Try every first checkpoint j in s..t-1 of the forward sweep of stage b_t; return
-        (cost, peak, (j - s, keep)) of the cheapest, the lower peak among equal costs."""
-        c = self.c
-        mem = c.fwd_mem
+        (cost, peak, (j - s, keep)) of the cheapest, the lower peak among equal costs.
+        (The hot loop of the solver: table lookups are inlined.)"""
+        c, need, store_peak, best_of = self.c, self.need, self.store_peak, self.best
+        mem, fwd_cost, fp, bp = c.fwd_mem, c.fwd_cost, self.fwd_prefix, self.bwd_prefix
         base = self.base[s]
         # the top segment's sweep is the forward pass itself: no gradient exists yet
         above = c.grad_mem[t + 1] if t < c.n - 1 else 0.0
         extra = base + above + (mem[t] if top else 0.0)
+        up_budget, up_tail, low_head = budget - base, fp[t + 1 - top] + bp[t + 1], fp[s] + bp[s]
         # Every node of the segment runs once, and a_s..a_{j-1}, which the sweep does not
         # store, run again below j: ``floor + sweep before j`` bounds choice j from below and
         # grows with j, so the loop stops once it passes the best total found.
-        floor = self.store_cost(s, t, top)
+        floor = up_tail - low_head
         best, best_peak, choice = INF, INF, None
         run_cost, run_peak = 0.0, 0.0
         for j in range(s, t):
             if floor + run_cost > best:
                 break
-            run_peak = max(run_peak, extra + (mem[j - 1] if j > s else 0.0) + mem[j])
-            run_cost += c.fwd_cost[j]
+            pair = mem[j - 1] + mem[j] if j > s else mem[j]
+            run_peak = max(run_peak, extra + pair)
+            run_cost += fwd_cost[j]
             if run_peak > budget:
                 break
-            up_cost, up_peak = self.best(j + 1, t, top, budget - base)
-            upper = run_cost + up_cost
-            if upper + self.store_cost(s, j, 1) > best:
+            u = j + 1
+            if up_budget < need[u][t]:
+                continue
+            if up_budget >= store_peak[u][t]:
+                upper, up_peak = run_cost + up_tail - fp[u] - bp[u], store_peak[u][t]
+            else:
+                upper, up_peak = best_of(u, t, top, up_budget)
+                upper += run_cost
+            if upper + fp[j] + bp[u] - low_head > best:  # the part below stores everything
                 continue
             for keep in (1, 0):
-                low_cost, low_peak = self.best(s, j, keep, budget)
+                low_cost, low_peak = best_of(s, j, keep, budget)
                 total = upper + low_cost
                 if total > best or total == INF:
                     continue
