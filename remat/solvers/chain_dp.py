@@ -50,6 +50,7 @@ from remat.solvers.base import SolveOptions
 from remat.errors import UnsupportedGraphError
 
 INF = float("inf")
+_SLACK = 1e-12
 
 
 @dataclass(frozen=True)
@@ -133,9 +134,12 @@ class _ChainDP:
         fwd = self.fwd_prefix[t + 1 - top] - self.fwd_prefix[s]
         return fwd + self.bwd_prefix[t + 1] - self.bwd_prefix[s]
 
-    def best(self, s: int, t: int, top: int, budget: float) -> tuple[float, float]:
+    def best(self, s: int, t: int, top: int, budget: float,
+             cutoff: float = INF) -> tuple[float, float]:
         """(least cost, peak of the schedule that reaches it) of backward stages b_t..b_s
-        within ``budget`` (see the module docstring); (inf, inf) if nothing fits."""
+        within ``budget`` (see the module docstring); (inf, inf) if nothing fits or, when
+        a ``cutoff`` is given, if the least cost is above it (branch and bound: the caller
+        has no use for a dearer answer, and the search stops as soon as it proves that)."""
         if budget < self.need[s][t]:
             return INF, INF
         if budget >= self.store_peak[s][t]:
@@ -143,8 +147,14 @@ class _ChainDP:
         steps = self.cells[top][s][t] or self.steps(s, t, top)
         i = bisect_right(steps.low, budget) - 1
         if i < 0 or budget > steps.high[i]:
+            if cutoff < INF and steps.bound(budget, i) > cutoff:
+                return INF, INF
             self.solves += 1
-            i = steps.add(budget, *self._split(s, t, top, budget))
+            cost, peak, choice = self._split(s, t, top, budget, cutoff)
+            if choice is None and cutoff < INF:
+                steps.add_bound(budget, cutoff)
+                return INF, INF
+            i = steps.add(budget, cost, peak, choice)
         return steps.cost[i], steps.low[i]
 
     def steps(self, s: int, t: int, top: int) -> "_Steps":
@@ -156,10 +166,11 @@ class _ChainDP:
         self.cells[top][s][t] = steps
         return steps
 
-    def _split(self, s: int, t: int, top: int, budget: float):
+    def _split(self, s: int, t: int, top: int, budget: float, cutoff: float):
         """Try every first checkpoint j in s..t-1 of the forward sweep of stage b_t; return
-        (cost, peak, (j - s, keep)) of the cheapest, the lower peak among equal costs.
-        (The hot loop of the solver: table lookups are inlined.)"""
+        (cost, peak, (j - s, keep)) of the cheapest, the lower peak among equal costs, or
+        choice None if none costs at most ``cutoff``. (The hot loop of the solver: table
+        lookups are inlined.)"""
         c, need, store_peak, best_of = self.c, self.need, self.store_peak, self.best
         mem, fwd_cost, fp, bp = c.fwd_mem, c.fwd_cost, self.fwd_prefix, self.bwd_prefix
         base = self.base[s]
@@ -171,7 +182,8 @@ class _ChainDP:
         # store, run again below j: ``floor + sweep before j`` bounds choice j from below and
         # grows with j, so the loop stops once it passes the best total found.
         floor = up_tail - low_head
-        best, best_peak, choice = INF, INF, None
+        # slack: a cutoff passed down must not drop a tie lost to float rounding
+        best, best_peak, choice = cutoff + _SLACK * abs(cutoff), INF, None
         run_cost, run_peak = 0.0, 0.0
         for j in range(s, t):
             if floor + run_cost > best:
@@ -187,12 +199,13 @@ class _ChainDP:
             if up_budget >= store_peak[u][t]:
                 upper, up_peak = run_cost + up_tail - fp[u] - bp[u], store_peak[u][t]
             else:
-                upper, up_peak = best_of(u, t, top, up_budget)
+                low_least = fp[j] + bp[u] - low_head  # the part below stores everything
+                upper, up_peak = best_of(u, t, top, up_budget, best - run_cost - low_least)
                 upper += run_cost
-            if upper + fp[j] + bp[u] - low_head > best:  # the part below stores everything
+            if upper == INF or upper + fp[j] + bp[u] - low_head > best:
                 continue
             for keep in (1, 0):
-                low_cost, low_peak = best_of(s, j, keep, budget)
+                low_cost, low_peak = best_of(s, j, keep, budget, best - upper)
                 total = upper + low_cost
                 if total > best or total == INF:
                     continue
@@ -249,13 +262,36 @@ class _Steps:
     another: a budget is answered by the interval with the largest low at or below it, if it
     reaches that far. ``low`` is the peak of the interval's schedule (-inf when nothing fits)."""
 
-    __slots__ = ("low", "high", "cost", "choice")
+    __slots__ = ("low", "high", "cost", "choice", "above_at", "above")
 
     def __init__(self):
         self.low: list[float] = []
         self.high: list[float] = []
         self.cost: list[float] = []
         self.choice: list = []
+        # facts from searches cut short: the cost exceeds above[k] at every budget up to
+        # above_at[k]; kept as a staircase (above_at rising, above falling)
+        self.above_at: list[float] = []
+        self.above: list[float] = []
+
+    def bound(self, budget: float, i: int) -> float:
+        """A value the least cost at ``budget`` is known to exceed or equal (``i``: index of
+        the last interval starting at or below ``budget``): the cost of the next interval up
+        (more memory never costs more) or a recorded fact."""
+        k = bisect_left(self.above_at, budget)
+        fact = self.above[k] if k < len(self.above) else -INF
+        return max(fact, self.cost[i + 1]) if i + 1 < len(self.cost) else fact
+
+    def add_bound(self, budget: float, value: float) -> None:
+        """Record that the cost exceeds ``value`` at every budget up to ``budget``."""
+        k = bisect_left(self.above_at, budget)
+        if k < len(self.above) and self.above[k] >= value:
+            return
+        end = k + 1 if k < len(self.above_at) and self.above_at[k] == budget else k
+        start = k
+        while start > 0 and self.above[start - 1] <= value:
+            start -= 1
+        self.above_at[start:end], self.above[start:end] = [budget], [value]
 
     def find(self, budget: float) -> int:
         """Index of the interval holding ``budget``, or -1."""
