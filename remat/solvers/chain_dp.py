@@ -137,9 +137,10 @@ class _ChainDP:
     def best(self, s: int, t: int, top: int, budget: float,
              cutoff: float = INF) -> tuple[float, float]:
         """(least cost, peak of the schedule that reaches it) of backward stages b_t..b_s
-        within ``budget`` (see the module docstring); (inf, inf) if nothing fits or, when
-        a ``cutoff`` is given, if the least cost is above it (branch and bound: the caller
-        has no use for a dearer answer, and the search stops as soon as it proves that)."""
+        within ``budget`` (see the module docstring). Branch and bound: when the least cost
+        is above ``cutoff`` (the caller has no use for a dearer answer) the search may stop
+        once it proves that, and returns (a lower bound above the cutoff, inf). (inf, inf):
+        nothing fits."""
         if budget < self.need[s][t]:
             return INF, INF
         if budget >= self.store_peak[s][t]:
@@ -147,13 +148,14 @@ class _ChainDP:
         steps = self.cells[top][s][t] or self.steps(s, t, top)
         i = bisect_right(steps.low, budget) - 1
         if i < 0 or budget > steps.high[i]:
-            if cutoff < INF and steps.bound(budget, i) > cutoff:
-                return INF, INF
+            known = steps.bound(budget, i) if cutoff < INF else -INF
+            if known > cutoff:
+                return known, INF
             self.solves += 1
             cost, peak, choice = self._split(s, t, top, budget, cutoff)
             if choice is None and cutoff < INF:
-                steps.add_bound(budget, cutoff)
-                return INF, INF
+                steps.add_bound(budget, cost)
+                return cost, INF
             i = steps.add(budget, cost, peak, choice)
         return steps.cost[i], steps.low[i]
 
@@ -169,8 +171,8 @@ class _ChainDP:
     def _split(self, s: int, t: int, top: int, budget: float, cutoff: float):
         """Try every first checkpoint j in s..t-1 of the forward sweep of stage b_t; return
         (cost, peak, (j - s, keep)) of the cheapest, the lower peak among equal costs, or
-        choice None if none costs at most ``cutoff``. (The hot loop of the solver: table
-        lookups are inlined.)"""
+        (a lower bound, inf, None) if none costs at most ``cutoff``. (The hot loop of the
+        solver: table lookups are inlined.)"""
         c, need, store_peak, best_of = self.c, self.need, self.store_peak, self.best
         mem, fwd_cost, fp, bp = c.fwd_mem, c.fwd_cost, self.fwd_prefix, self.bwd_prefix
         base = self.base[s]
@@ -184,9 +186,10 @@ class _ChainDP:
         floor = up_tail - low_head
         # slack: a cutoff passed down must not drop a tie lost to float rounding
         best, best_peak, choice = cutoff + _SLACK * abs(cutoff), INF, None
-        run_cost, run_peak = 0.0, 0.0
+        run_cost, run_peak, least = 0.0, 0.0, INF  # least: bound on the choices cut off
         for j in range(s, t):
             if floor + run_cost > best:
+                least = min(least, floor + run_cost)
                 break
             pair = mem[j - 1] + mem[j] if j > s else mem[j]
             run_peak = max(run_peak, extra + pair)
@@ -196,23 +199,25 @@ class _ChainDP:
             u = j + 1
             if up_budget < need[u][t]:
                 continue
+            low_least = fp[j] + bp[u] - low_head  # the part below stores everything
             if up_budget >= store_peak[u][t]:
                 upper, up_peak = run_cost + up_tail - fp[u] - bp[u], store_peak[u][t]
             else:
-                low_least = fp[j] + bp[u] - low_head  # the part below stores everything
                 upper, up_peak = best_of(u, t, top, up_budget, best - run_cost - low_least)
                 upper += run_cost
-            if upper == INF or upper + fp[j] + bp[u] - low_head > best:
+            if up_peak == INF or upper + low_least > best:
+                least = min(least, upper + low_least)
                 continue
             for keep in (1, 0):
                 low_cost, low_peak = best_of(s, j, keep, budget, best - upper)
                 total = upper + low_cost
-                if total > best or total == INF:
+                if low_peak == INF or total > best:
+                    least = min(least, total)
                     continue
                 peak = max(run_peak, base + up_peak, low_peak)
                 if total < best or peak < best_peak:
                     best, best_peak, choice = total, peak, (j - s, keep)
-        return best, best_peak, choice
+        return (best, best_peak, choice) if choice else (least, INF, None)
 
     # ----- schedule reconstruction -------------------------------------------------------
     def stage_of(self, t: int, node: int) -> int:
@@ -269,21 +274,21 @@ class _Steps:
         self.high: list[float] = []
         self.cost: list[float] = []
         self.choice: list = []
-        # facts from searches cut short: the cost exceeds above[k] at every budget up to
-        # above_at[k]; kept as a staircase (above_at rising, above falling)
+        # facts from searches cut short: the cost is at least above[k] at every budget up
+        # to above_at[k]; kept as a staircase (above_at rising, above falling)
         self.above_at: list[float] = []
         self.above: list[float] = []
 
     def bound(self, budget: float, i: int) -> float:
-        """A value the least cost at ``budget`` is known to exceed or equal (``i``: index of
-        the last interval starting at or below ``budget``): the cost of the next interval up
-        (more memory never costs more) or a recorded fact."""
+        """A lower bound on the least cost at ``budget`` (``i``: index of the last interval
+        starting at or below it): the cost of the next interval up (more memory never costs
+        more) or a recorded fact."""
         k = bisect_left(self.above_at, budget)
         fact = self.above[k] if k < len(self.above) else -INF
         return max(fact, self.cost[i + 1]) if i + 1 < len(self.cost) else fact
 
     def add_bound(self, budget: float, value: float) -> None:
-        """Record that the cost exceeds ``value`` at every budget up to ``budget``."""
+        """Record that the cost is at least ``value`` at every budget up to ``budget``."""
         k = bisect_left(self.above_at, budget)
         if k < len(self.above) and self.above[k] >= value:
             return
