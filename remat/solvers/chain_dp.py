@@ -148,11 +148,16 @@ class _ChainDP:
         steps = self.cells[top][s][t] or self.steps(s, t, top)
         i = bisect_right(steps.low, budget) - 1
         if i < 0 or budget > steps.high[i]:
-            known = steps.bound(budget, i) if cutoff < INF else -INF
+            known = steps.bound(budget, i)
             if known > cutoff:
                 return known, INF
+            # the schedule of the interval below fits too: the answer unless beaten
+            below = (steps.cost[i], steps.low[i], steps.choice[i]) if i >= 0 else (INF, INF, None)
+            if below[0] <= known:  # and nothing can beat it
+                steps.high[i] = budget
+                return steps.cost[i], steps.low[i]
             self.solves += 1
-            cost, peak, choice = self._split(s, t, top, budget, cutoff)
+            cost, peak, choice = self._split(s, t, top, budget, cutoff, below)
             if choice is None and cutoff < INF:
                 steps.add_bound(budget, cost)
                 return cost, INF
@@ -168,11 +173,12 @@ class _ChainDP:
         self.cells[top][s][t] = steps
         return steps
 
-    def _split(self, s: int, t: int, top: int, budget: float, cutoff: float):
+    def _split(self, s: int, t: int, top: int, budget: float, cutoff: float, incumbent):
         """Try every first checkpoint j in s..t-1 of the forward sweep of stage b_t; return
         (cost, peak, (j - s, keep)) of the cheapest, the lower peak among equal costs, or
-        (a lower bound, inf, None) if none costs at most ``cutoff``. (The hot loop of the
-        solver: table lookups are inlined.)"""
+        (a lower bound, inf, None) if none costs at most ``cutoff``. ``incumbent``: (cost,
+        peak, choice) of a schedule known to fit, returned unless something beats it. (The
+        hot loop of the solver: table lookups are inlined.)"""
         c, need, store_peak, best_of = self.c, self.need, self.store_peak, self.best
         mem, fwd_cost, fp, bp = c.fwd_mem, c.fwd_cost, self.fwd_prefix, self.bwd_prefix
         base = self.base[s]
@@ -186,6 +192,8 @@ class _ChainDP:
         floor = up_tail - low_head
         # slack: a cutoff passed down must not drop a tie lost to float rounding
         best, best_peak, choice = cutoff + _SLACK * abs(cutoff), INF, None
+        if incumbent[0] <= best:
+            best, best_peak, choice = incumbent
         run_cost, run_peak, least = 0.0, 0.0, INF  # least: bound on the choices cut off
         for j in range(s, t):
             if floor + run_cost > best:
