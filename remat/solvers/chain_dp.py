@@ -249,25 +249,27 @@ class _ChainDP:
 
     def min_peak(self) -> float:
         """The smallest peak above static memory of any schedule in the DP's class (an upper
-        bound on the graph's true smallest budget, which non-persistent schedules may beat)."""
-        memo: dict[tuple, float] = {}
-        for length in range(self.c.n):
-            for s in range(self.c.n - length):
-                for top in (0, 1):
-                    memo[(s, s + length, top)] = self._min_peak_split(s, s + length, top, memo)
-        return memo[(0, self.c.n - 1, 0)]
+        bound on the graph's true smallest budget, which non-persistent schedules may beat).
 
-    def _min_peak_split(self, s: int, t: int, top: int, memo: dict) -> float:
-        if s == t:
-            return self.need[s][s]
-        c, base = self.c, self.base[s]
-        extra = base + (c.grad_mem[t + 1] if t < c.n - 1 else 0.0) + (c.fwd_mem[t] if top else 0.0)
-        best, run_peak = INF, 0.0
-        for j in range(s, t):
-            run_peak = max(run_peak, extra + (c.fwd_mem[j - 1] if j > s else 0.0) + c.fwd_mem[j])
-            lower = min(memo[(s, j, 1)], memo[(s, j, 0)])
-            best = min(best, max(run_peak, base + memo[(j + 1, t, top)], lower))
-        return best
+        The same recursion as ``best`` with max for + and no costs, by segment length, every
+        segment of one length at once (numpy): ``peak[top][s, t]``."""
+        c, n = self.c, self.c.n
+        mem, base = np.array(c.fwd_mem), np.array(self.base)
+        above = np.array(c.grad_mem[1:n] + (0.0,))  # above[t]: gradient over segment ..t
+        peak = np.full((2, n, n), INF)
+        peak[:, range(n), range(n)] = np.diag(np.array(self.need))
+        for length in range(1, n):
+            s = np.arange(n - length)
+            t = s + length
+            j = s[:, None] + np.arange(length)  # first checkpoint of segment s..t
+            pair = mem[j] + np.where(j > s[:, None], mem[j - 1], 0.0)
+            sweep = np.maximum.accumulate(pair, axis=1) + (base[s] + above[t])[:, None]
+            lower = np.minimum(peak[0][s[:, None], j], peak[1][s[:, None], j])
+            for top in (0, 1):
+                run = sweep + (mem[t] * top)[:, None]
+                upper = base[s][:, None] + peak[top][j + 1, t[:, None]]
+                peak[top][s, t] = np.maximum(np.maximum(run, upper), lower).min(axis=1)
+        return float(peak[0][0, n - 1])
 
 
 class _Steps:
