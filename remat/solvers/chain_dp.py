@@ -30,7 +30,11 @@ smallest DP budget: DP 77.698, milp 76.313. So the method reports status "feasib
 the trivial bound (every node once) and flags ``details["optimal_in_class"]``; certify with
 ``milp`` where that matters.
 
-Costs and sizes are exact (no memory discretization): memo keys hold the exact remaining bytes.
+Costs and sizes are exact (no memory discretization). Speed comes from three exact devices
+(``_ChainDP``): each state's answer is kept as budget intervals found by bisection (the least
+cost is a step function of the budget), the search is branch and bound (a caller passes the
+most it could use; a search that proves it cannot meet that stops and records a lower bound),
+and the schedule of the nearest solved budget below is the incumbent to beat.
 """
 from __future__ import annotations
 
@@ -98,8 +102,8 @@ def chain_of(graph: RematGraph) -> Chain:
 
 
 class _ChainDP:
-    """Memoised recursion over (segment, top, bytes), each state's value function stored as
-    intervals of budget.
+    """Memoised branch-and-bound recursion over (segment, top, bytes), each state's value
+    function stored as intervals of budget.
 
     The least cost of a state is a non-increasing step function of its budget M. When the
     recursion finds the optimum at M with a schedule whose own peak is P <= M, every budget in
@@ -107,7 +111,9 @@ class _ChainDP:
     fits). So a state keeps the intervals it has solved, and a budget inside one is answered by
     bisection: the number of solves per state is about the number of steps of its function,
     not the number of distinct budgets the recursion asks about (sums of checkpoint sizes).
-    Ties in cost go to the smaller peak, so each interval starts where its step starts.
+    Ties in cost go to the smaller peak, so intervals start low. Searches cut short by a
+    caller's cutoff leave facts "the cost is at least v up to budget B" (``_Steps.above``),
+    which, with the cost of the next interval up, answer later cutoffs without a search.
 
     Three exact shortcuts keep the state count down: a state whose budget covers the peak of
     storing every value (``store_peak``) costs exactly one computation per node (the least
