@@ -26,9 +26,13 @@ all schedules: with heterogeneous sizes at tight budgets an optimal schedule may
 checkpoint right after its last read in a stage and rebuild it later from a lower one, to
 make room for a large gradient. Counterexample (tests/test_fast_solvers.py): a 5-layer
 random chain at its tightest budget, DP 52 against milp's proven 43; ``linear(16)`` at its
-smallest DP budget: DP 77.698, milp 76.313. So the method reports status "feasible" with
-the trivial bound (every node once) and flags ``details["optimal_in_class"]``; certify with
-``milp`` where that matters.
+smallest DP budget: DP 77.698, milp 76.313. There milp keeps a_1, recomputes a_2 from it in
+stage b_3 and frees a_1 right after that read, to fit b_3; stage b_2 rebuilds a_0, a_1 from
+the input (``bench/verify_chain_dp.py --show 5 100``). In recursion terms the part above a
+checkpoint a_j may end at a stage b_m, m > j + 1, dropping a_j, the rest being segment
+s..m-1 from the lower base; this DP only has m = j + 1 (bench/results/fast_notes.md). So the
+method reports status "feasible" with the trivial bound (every node once) and flags
+``details["optimal_in_class"]``; certify with ``milp`` where that matters.
 
 Costs and sizes are exact (no memory discretization). Speed comes from three exact devices
 (``_ChainDP``): each state's answer is kept as budget intervals found by bisection (the least
