@@ -165,14 +165,14 @@ class _ChainDP:
             below = (steps.cost[i], steps.low[i], steps.choice[i]) if i >= 0 else (INF, INF, None)
             if below[0] <= known:  # and nothing can beat it
                 steps.high[i] = budget
-                return steps.cost[i], steps.low[i]
+                return steps.answer(i)
             self.solves += 1
             cost, peak, choice = self._split(s, t, top, budget, cutoff, below)
             if choice is None and cutoff < INF:
                 steps.add_bound(budget, cost)
                 return cost, INF
             i = steps.add(budget, cost, peak, choice)
-        return steps.cost[i], steps.low[i]
+        return steps.answer(i)
 
     def steps(self, s: int, t: int, top: int) -> "_Steps":
         """The interval store of state (s, t, top), shared by every segment with its content."""
@@ -317,6 +317,12 @@ class _Steps:
         while start > 0 and self.above[start - 1] <= value:
             start -= 1
         self.above_at[start:end], self.above[start:end] = [budget], [value]
+
+    def answer(self, i: int) -> tuple[float, float]:
+        """(cost, peak) of interval ``i``; the peak is inf where nothing fits, as callers
+        test it."""
+        cost = self.cost[i]
+        return cost, (self.low[i] if cost < INF else INF)
 
     def find(self, budget: float) -> int:
         """Index of the interval holding ``budget``, or -1."""
