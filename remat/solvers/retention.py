@@ -12,7 +12,8 @@ everything else is recomputed (with any missing inputs) in the stage that reads 
   budget, the knapsack is solved again with each stage's room cut by that stage's overshoot
   (a few times), then with the room scaled down as a whole, until one fits.
 
-Every schedule is priced by the simulator; the cheapest that fits wins. It scales to
+Every schedule is priced by the simulator; the cheapest that fits wins, and a last hill
+climbing pass keeps one more value at a time while that lowers the cost and still fits. It scales to
 thousands of nodes (one small knapsack per try) and is often far cheaper than the checkpoint
 heuristics on branchy graphs; it reports the retention bound as its ``lower_bound``.
 """
@@ -35,6 +36,8 @@ ROUNDS = 3
 REPAIRS = 6
 """Knapsack solves that cut each stage's room by its overshoot before scaling down."""
 SCALES = (1.0, 0.85, 0.7, 0.5, 0.25, 0.0)
+GROW_SECONDS = 10.0
+"""Time for the final hill climbing when the caller gives no time limit."""
 """Then: fractions of the room above the smallest stage room, tried until a schedule fits."""
 
 
@@ -51,6 +54,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         if kept is None or _past(deadline):
             break
         weights = rebuild_costs(graph, kept)
+    if best is not None:
+        best = _grow(graph, budget, best, weights, deadline or time.perf_counter() + GROW_SECONDS)
     elapsed = time.perf_counter() - began
     if best is None:  # min_budget: the least peak this method reaches (keep nothing at worst)
         if not math.isfinite(least):
@@ -83,9 +88,29 @@ def _fit(graph: RematGraph, budget: float, weights: np.ndarray, deadline, thread
         sim = simulate(graph, R, S)
         least = min(least, sim.peak_memory)
         if sim.peak_memory <= budget:
-            return (sim.compute_cost, R, S), kept, tries, least
+            return (sim.compute_cost, R, S, kept), kept, tries, least
         cut += np.maximum(stage_peaks(graph, sim) - budget, 0.0)
     return None, kept, tries, least
+
+
+def _grow(graph: RematGraph, budget: float, best: tuple, weights: np.ndarray,
+          deadline: float) -> tuple:
+    """Hill climbing from the best schedule: keep one more value (dearest to rebuild first)
+    whenever that lowers the cost and still fits, until a pass changes nothing."""
+    cost, R, S, kept = best
+    order = sorted((v for v in range(graph.size) if v not in kept and graph.users[v]
+                    and graph.mem[v] > 0), key=lambda v: -weights[v])
+    improved = True
+    while improved and not _past(deadline):
+        improved = False
+        for v in order:
+            if v in kept or _past(deadline):
+                continue
+            R_try, S_try = schedule_of(graph, kept | {v})
+            sim = simulate(graph, R_try, S_try)
+            if sim.peak_memory <= budget and sim.compute_cost < cost:
+                cost, R, S, kept, improved = sim.compute_cost, R_try, S_try, kept | {v}, True
+    return cost, R, S, kept
 
 
 def stage_peaks(graph: RematGraph, sim) -> np.ndarray:
