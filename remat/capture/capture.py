@@ -230,7 +230,8 @@ def _with_costs(graph: RematGraph, costs, cost_model) -> RematGraph:
     unit = {"profile": "seconds", "flops": "flops", "unit": "unit"}.get(cost_model, str(cost_model))
     return RematGraph(graph.names, costs, graph.mem, graph.deps, graph.is_backward,
                       static_mem=graph.static_mem, node_meta=graph.node_meta,
-                      meta={**graph.meta, "cost_unit": unit, "cost_model": str(cost_model)})
+                      meta={**graph.meta, "cost_unit": unit, "cost_model": str(cost_model)},
+                      workspace=graph.workspace)
 
 
 def _replace(cap: Capture, **changes) -> Capture:

@@ -35,9 +35,11 @@ class MinBudget:
 
 
 def peak_lower_bound(graph: RematGraph) -> float:
-    """No schedule peaks below this: computing node k needs its inputs alive and its output
-    allocated, so ``static_mem + m_k + sum of its inputs' m`` is a candidate of every schedule."""
-    need = [graph.mem[k] + sum(graph.mem[d] for d in graph.deps[k]) for k in range(graph.size)]
+    """No schedule peaks below this: computing node k needs its inputs alive, its output
+    allocated and its workspace held, so ``static_mem + m_k + w_k + sum of its inputs' m`` is
+    a candidate of every schedule."""
+    need = [graph.mem[k] + graph.workspace[k] + sum(graph.mem[d] for d in graph.deps[k])
+            for k in range(graph.size)]
     return graph.static_mem + float(max(need))
 
 
