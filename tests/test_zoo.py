@@ -36,8 +36,9 @@ def test_tiny_zoo_model_captures_and_peak_matches(name):
           f"run {measured / 2**20:.2f} MiB ({predicted / measured:.3f}x), eager "
           f"{eager / 2**20:.2f} MiB ({eager / measured:.3f}x of run)", file=sys.stderr)
     assert torch.allclose(loss_run, loss_eager)
-    # the gradient reserve is used only when p.grad exists (it is None in this run)
-    assert abs(predicted - graph.meta["grad_reserve"] - measured) <= 0.10 * measured
+    # the gradient workspace (a node's fresh gradients) is used only when p.grad exists (it
+    # is None in this run); it adds to one node's candidate only, so it is within the 10%
+    assert abs(predicted - measured) <= 0.10 * measured
 
 
 def test_load_options_and_errors():

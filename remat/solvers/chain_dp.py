@@ -31,6 +31,9 @@ the trivial bound (every node once) and flags ``details["optimal_in_class"]``; c
 ``milp`` where that matters.
 
 Costs and sizes are exact (no memory discretization): memo keys hold the exact remaining bytes.
+A node's transient workspace (``RematGraph.workspace``) is added to its own candidate: in the
+forward sweeps (``run_peak``), in ``need`` (backward nodes and the loss) and ``store_peak``
+(every node of the segment), exactly as the simulator counts it.
 """
 from __future__ import annotations
 
@@ -60,6 +63,9 @@ class Chain:
     bwd_cost: tuple[float, ...]
     grad_mem: tuple[float, ...]  # grad_mem[k]: size of g_k (output of b_k); grad_mem[n]: loss
     loss_cost: float
+    fwd_ws: tuple[float, ...]  # transient workspace of f_k, of b_k, of the loss
+    bwd_ws: tuple[float, ...]
+    loss_ws: float
 
 
 def applies(graph: RematGraph) -> bool:
@@ -87,11 +93,12 @@ def chain_of(graph: RematGraph) -> Chain:
             raise UnsupportedGraphError(
                 f"chain-dp: {graph.describe(node)} should read nodes {list(want)} (gradient from "
                 f"above, layer input, layer output) but reads {list(graph.deps[node])}; use milp")
-    cost, mem = graph.cost, graph.mem
+    cost, mem, ws = graph.cost, graph.mem, graph.workspace
     return Chain(n=n, fwd_cost=tuple(map(float, cost[:n])), fwd_mem=tuple(map(float, mem[:n])),
                  bwd_cost=tuple(float(cost[2 * n - k]) for k in range(n)),
                  grad_mem=tuple(float(mem[2 * n - k]) for k in range(n)) + (float(mem[n]),),
-                 loss_cost=float(cost[n]))
+                 loss_cost=float(cost[n]), fwd_ws=tuple(map(float, ws[:n])),
+                 bwd_ws=tuple(float(ws[2 * n - k]) for k in range(n)), loss_ws=float(ws[n]))
 
 
 class _ChainDP:
@@ -125,7 +132,7 @@ class _ChainDP:
         """Least cost of backward stages b_t..b_s (see the module docstring)."""
         if budget < self.need[s][t]:
             return INF
-        if budget >= self.store_peak[s][t]:
+        if budget >= self.store_peak[top][s][t]:
             return self.store_cost(s, t, top)
         key = (self.segment_id[s][t], top, budget)
         hit = self.memo.get(key)
@@ -149,7 +156,7 @@ class _ChainDP:
         for j in range(s, t):
             if floor + run_cost >= best:
                 break
-            run_peak = max(run_peak, extra + (mem[j - 1] if j > s else 0.0) + mem[j])
+            run_peak = max(run_peak, extra + (mem[j - 1] if j > s else 0.0) + mem[j] + c.fwd_ws[j])
             run_cost += c.fwd_cost[j]
             if run_peak > budget:
                 break
@@ -172,7 +179,7 @@ class _ChainDP:
 
     def recomputed(self, s: int, t: int, top: int, budget: float, ops: list) -> None:
         """Append the (stage, node) forward computations of ``best(s, t, top, budget)``."""
-        if budget >= self.store_peak[s][t]:
+        if budget >= self.store_peak[top][s][t]:
             ops += [(self.stage_of(t, i), i) for i in range(s, t + 1 - top)]
             return
         offset, keep = self.choice[(self.segment_id[s][t], top, budget)]
@@ -193,12 +200,13 @@ class _ChainDP:
 
     def _min_peak_split(self, s: int, t: int, top: int, memo: dict) -> float:
         if s == t:
-            return self.need[s][s]
+            return self.store_peak[top][s][s]
         c, base = self.c, self.base[s]
         extra = base + (c.grad_mem[t + 1] if t < c.n - 1 else 0.0) + (c.fwd_mem[t] if top else 0.0)
         best, run_peak = INF, 0.0
         for j in range(s, t):
-            run_peak = max(run_peak, extra + (c.fwd_mem[j - 1] if j > s else 0.0) + c.fwd_mem[j])
+            run_peak = max(run_peak, extra + (c.fwd_mem[j - 1] if j > s else 0.0) + c.fwd_mem[j]
+                           + c.fwd_ws[j])
             lower = min(memo[(s, j, 1)], memo[(s, j, 0)])
             best = min(best, max(run_peak, base + memo[(j + 1, t, top)], lower))
         return best
@@ -216,8 +224,8 @@ def _segment_ids(chain: Chain, base: list[float]) -> list[list[int]]:
     (same base size, same layer costs and sizes in order, same gradient above, both or neither
     the top segment)."""
     n = chain.n
-    layers = [(chain.fwd_cost[k], chain.fwd_mem[k], chain.grad_mem[k], chain.bwd_cost[k])
-              for k in range(n)]
+    layers = [(chain.fwd_cost[k], chain.fwd_mem[k], chain.grad_mem[k], chain.bwd_cost[k],
+               chain.fwd_ws[k], chain.bwd_ws[k]) for k in range(n)]
     interned: dict[tuple, int] = {}
     ids = [[-1] * n for _ in range(n)]
     for s in range(n):
@@ -230,23 +238,33 @@ def _segment_ids(chain: Chain, base: list[float]) -> list[list[int]]:
     return ids
 
 
-def _range_tables(chain: Chain) -> tuple[list[list[float]], list[list[float]]]:
-    """``need[s][t]``: the largest operand set of one backward node b_k, s <= k <= t (with
-    base a_{s-1}); ``store_peak[s][t]``: the peak of stages b_t..b_s when every value is stored."""
+def _range_tables(chain: Chain) -> tuple[list[list[float]], list[list[list[float]]]]:
+    """``need[s][t]``: the largest candidate of one backward node b_k (or the loss), s <= k <= t
+    (with base a_{s-1}), counting only its operands, output and workspace: a lower bound for
+    every schedule. ``store_peak[top][s][t]``: the exact peak of stages b_t..b_s when every
+    value is stored (each forward node of the sweep with its workspace, then each b_k)."""
     n, m, g = chain.n, chain.fwd_mem, chain.grad_mem
     prefix = _prefix(m)
+    # what b_k allocates besides its operands; the loss, like b_{n-1}, reads a_{n-1} and L
+    out = [g[k] + chain.bwd_ws[k] for k in range(n)]
+    out[n - 1] = max(out[n - 1], chain.loss_ws)
     need = [[INF] * n for _ in range(n)]
-    store = [[INF] * n for _ in range(n)]
+    store = [[[INF] * n for _ in range(n)] for _ in (0, 1)]
     for s in range(n):
         base = m[s - 1] if s else 0.0
-        operands = m[s] + g[s + 1] + g[s]
-        stored = prefix[s + 1] + g[s + 1] + g[s]
+        operands = m[s] + g[s + 1] + out[s]
+        stored = prefix[s + 1] + g[s + 1] + out[s]
+        sweep = -INF  # largest prefix(s..i) + fws[i] over the sweep's nodes so far
         for t in range(s, n):
             if t > s:
-                operands = max(operands, m[t - 1] + m[t] + g[t + 1] + g[t])
-                stored = max(stored, prefix[t + 1] + g[t + 1] + g[t])
+                operands = max(operands, m[t - 1] + m[t] + g[t + 1] + out[t])
+                stored = max(stored, prefix[t + 1] + g[t + 1] + out[t])
+            above = base + (g[t + 1] if t < n - 1 else 0.0) - prefix[s]
             need[s][t] = base + operands
-            store[s][t] = base - prefix[s] + stored
+            # top=1: a_t is resident, the sweep stops at f_{t-1}; top=0: it computes f_t too
+            store[1][s][t] = max(base - prefix[s] + stored, above + m[t] + sweep)
+            sweep = max(sweep, prefix[t + 1] + chain.fwd_ws[t])
+            store[0][s][t] = max(base - prefix[s] + stored, above + sweep)
     return need, store
 
 
