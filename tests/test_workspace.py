@@ -220,3 +220,22 @@ def test_chain_dp_with_workspace_fits_and_is_never_below_milp(seed):
         assert ref.lower_bound <= sol.compute_cost + 1e-6
         equal += ref.status == "optimal" and sol.compute_cost == pytest.approx(ref.compute_cost)
     assert equal >= 2  # at least the two largest budgets
+
+
+@pytest.mark.parametrize("workspace", [2.0, 5.0])
+def test_chain_dp_counts_forward_workspace_in_its_sweeps(workspace):
+    """Workspace on every forward node of a unit chain: the backward stages' recompute sweeps
+    then peak at a forward node, so a DP that left it out would plan over the budget (solve
+    raises when its schedule simulates above the budget)."""
+    base = remat.graphs.linear(6, unit=True)
+    graph = base.with_workspace([workspace if not b else 0.0 for b in base.is_backward])
+    least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+    high = checkpoint_all_peak(graph)
+    costs = []
+    for budget in np.linspace(least, high, 6):
+        sol = solver("chain-dp")(graph, budget, SolveOptions())
+        assert simulate(graph, sol.R, sol.S).peak_memory <= budget
+        costs.append(sol.compute_cost)
+    assert costs[0] > graph.total_cost and costs[-1] == graph.total_cost
+    ref = solver("milp")(graph, least, SolveOptions(time_limit=10.0))
+    assert ref.lower_bound <= costs[0] + 1e-9
