@@ -35,9 +35,9 @@ A node's transient workspace (``RematGraph.workspace``) is added to its own cand
 forward sweeps (``run_peak``), in ``need`` (backward nodes and the loss) and ``store_peak``
 (every node of the segment), exactly as the simulator counts it. Workspace widens the gap to
 the true optimum: with a large loss workspace an optimum may drop a stored value across the
-loss and rebuild it in stage b_{n-1}, which no persistent schedule does
-(tests/test_workspace.py: 9 of 160 random 4-layer cases above milp's optimum, against 3 of
-154 without workspace).
+loss and rebuild it in stage b_{n-1}, which no persistent schedule does. Measured on 40
+random 4-layer chains at 4 budgets each (a one-off script against tests/exhaustive.py): the DP
+was above the optimum in 9 cases of 160 with random workspace, 3 without.
 """
 from __future__ import annotations
 
