@@ -1,6 +1,8 @@
 """How often is chain-dp (best persistent schedule) above the true optimum? Checked with milp.
 
     PYTHONPATH=. python bench/verify_chain_dp.py [SEEDS]   (default 3)
+    PYTHONPATH=. python bench/verify_chain_dp.py --show N SEED   (one chain at the DP's
+        smallest budget: both schedules stage by stage, to see what the DP lacks)
 
 Random heterogeneous chains (tests/test_fast_solvers.random_chain, seeds 100..) with n = 4, 5, 6
 layers; budgets at fractions 0, 0.25, 0.5 of the range from the DP's smallest budget to the
@@ -12,6 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
+from remat.schedule import simulate  # noqa: E402
 from remat.schedule.budget import checkpoint_all_peak  # noqa: E402
 from remat.solvers import SolveOptions, solver  # noqa: E402
 from test_fast_solvers import random_chain  # noqa: E402
@@ -49,5 +52,31 @@ def main(seeds: int) -> None:
     print(f"checked {checked}, DP above the optimum (or its minimum too high) in {above}")
 
 
+def show(graph, sol) -> None:
+    """Print ``sol`` stage by stage: +name computes, -name frees, [bytes in use after]."""
+    sim = simulate(graph, sol.R, sol.S)
+    print(f"{sol.method}: {sol.status}, cost {sol.compute_cost}, peak {sim.peak_memory}")
+    stage = None
+    for e in sim.timeline:
+        if e.stage != stage:
+            stage = e.stage
+            print(f"\n  stage {stage:>2} ({graph.names[stage]}):", end="")
+        print(f" {'+' if e.action == 'compute' else '-'}{graph.names[e.node]}[{e.memory:g}]", end="")
+    print("\n")
+
+
+def show_case(n: int, seed: int) -> None:
+    graph = random_chain(n, seed)
+    print(f"random_chain({n}, seed={seed}): cost {graph.cost.tolist()}, mem {graph.mem.tolist()}, "
+          f"static {graph.static_mem}")
+    least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+    print(f"budget = the DP's smallest: {least}")
+    show(graph, solver("chain-dp")(graph, least, SolveOptions()))
+    show(graph, solver("milp")(graph, least, SolveOptions(time_limit=30.0)))
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    if len(sys.argv) > 1 and sys.argv[1] == "--show":
+        show_case(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)

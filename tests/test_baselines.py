@@ -16,7 +16,7 @@ from remat.solvers.griewank import _split_table, adjoint_order, chain_schedule, 
 import cases
 
 BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-greedy", "ap-sqrtn", "ap-greedy", "griewank",
-             "auto")
+             "retention", "auto")
 
 
 def run(method, graph, budget):

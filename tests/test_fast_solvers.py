@@ -182,3 +182,62 @@ def test_chain_dp_applies_only_to_chains():
 
     assert applies(remat.graphs.linear(5)) and applies(remat.graphs.linear(1, unit=True))
     assert not applies(remat.graphs.unet(2)) and not applies(remat.graphs.random_dag(6, seed=1))
+
+
+def textbook_chain_dp(chain, free_mem):
+    """The persistent-schedule recursion of chain_dp's docstring written the plain way: exact
+    budgets as memo keys, every split tried, no shortcuts, no bounds, no shared segments."""
+    from functools import lru_cache
+
+    n, m, g = chain.n, chain.fwd_mem, chain.grad_mem
+
+    @lru_cache(maxsize=None)
+    def best(s, t, top, budget):
+        base = m[s - 1] if s else 0.0
+        if s == t:  # stage b_s alone: its operands and output, a_s computed here unless top
+            fits = base + m[s] + g[s + 1] + g[s] <= budget
+            return (0.0 if top else chain.fwd_cost[s]) + chain.bwd_cost[s] if fits else np.inf
+        above = g[t + 1] if t < n - 1 else 0.0
+        result, run_cost, run_peak = np.inf, 0.0, 0.0
+        for j in range(s, t):
+            run_peak = max(run_peak, base + above + (m[t] if top else 0.0)
+                           + (m[j - 1] if j > s else 0.0) + m[j])
+            run_cost += chain.fwd_cost[j]
+            if run_peak > budget:
+                break
+            upper = run_cost + best(j + 1, t, top, budget - base)
+            result = min(result, upper + min(best(s, j, 1, budget), best(s, j, 0, budget)))
+        return result
+
+    return best(0, n - 1, 0, float(free_mem)) + chain.loss_cost
+
+
+def repeated_chain(n, seed):
+    """A random chain made of two alternating layer kinds (segments with equal content share
+    one DP solution: this exercises that sharing)."""
+    rng = np.random.default_rng(seed)
+    graph = random_chain(n, seed)
+    kinds = rng.integers(1, 6, (2, 2)).astype(float)
+    cost, mem = graph.cost.copy(), graph.mem.copy()
+    for k in range(n):
+        cost[k], mem[k] = kinds[k % 2]
+    return remat.RematGraph(graph.names, cost, mem, graph.deps, graph.is_backward,
+                            static_mem=graph.static_mem)
+
+
+@pytest.mark.parametrize("graph", [random_chain(n, seed) for n, seed in
+                                   [(1, 1), (2, 2), (4, 3), (5, 100), (6, 103), (7, 4), (8, 5)]]
+                         + [repeated_chain(8, 6), repeated_chain(9, 7),
+                            remat.graphs.linear(9), remat.graphs.linear(7, unit=True)],
+                         ids=lambda g: f"n{len(g.forward_nodes) - 1}")
+def test_chain_dp_equals_the_textbook_recursion_at_every_budget(graph):
+    """The interval memo, branch and bound and shortcuts of chain_dp change nothing: same
+    least cost as the plain recursion at every whole budget from infeasible to store-all
+    (and at half-way fractional budgets)."""
+    chain = chain_of(graph)
+    peak = remat.schedule.checkpoint_all_peak(graph) - graph.static_mem
+    budgets = np.linspace(0, peak, 60) if peak > 1000 else np.arange(0, peak + 1, 0.5)
+    for free in budgets:
+        want = textbook_chain_dp(chain, free)
+        got = optimal_cost(chain, free)[0]
+        assert got == pytest.approx(want, rel=1e-12) or got == want == np.inf, free

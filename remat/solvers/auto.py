@@ -1,7 +1,10 @@
 """``auto``: pick the method by the graph's shape and size; report the bound it proved.
 
-Runs the methods that suit the graph in order of cost and returns the cheapest schedule that
-fits, with the best lower bound any of them proved: the baselines always; on chains
+First proves the retention bound (``remat.solvers.bounds``: a small knapsack, usually well
+under a second), then runs the methods that suit the graph in order of cost, stopping as soon
+as a schedule meets the bound, and returns the cheapest schedule that fits with the best
+lower bound proved: the baselines and ``retention`` (the schedule of the bound's knapsack)
+always; on chains
 ``chain-dp`` (the best persistent schedule, fast); then ``milp``, started from the best
 schedule so far, on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP relaxation with
 rounding (``lp-rounding``, whose LP optimum is a proven bound) up to ``LP_MAX_NODES``.
@@ -15,6 +18,7 @@ from dataclasses import replace
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
 from remat.solvers.base import BASELINES, SolveOptions, applicable, method_applies, solver
+from remat.solvers.bounds import PROVEN_RTOL, bound_time, retention_bound
 
 MILP_MAX_NODES = 80
 """milp proves optimality within seconds to a minute up to about this size (bench_milp.py)."""
@@ -22,7 +26,7 @@ LP_MAX_NODES = 400
 """The LP relaxation stays within seconds up to about this size."""
 DEFAULT_TIME_LIMIT = 30.0
 CHAIN_DP_MAX_LAYERS = 100
-"""chain-dp takes < 1 s up to 64 heterogeneous layers, ~12 s at 128 (bench/results/fast_notes.md)."""
+"""chain-dp takes < 0.2 s up to 64 heterogeneous layers, ~3 s at 128 (bench/results/fast_notes.md)."""
 
 
 def candidate_methods(graph: RematGraph) -> list[str]:
@@ -41,22 +45,30 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     start = time.perf_counter()
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
+    known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
     results: list[Solution] = []
     for name in candidate_methods(graph):
         # exact methods start from the best schedule so far instead of rerunning the baselines
-        best = min((r for r in results if r.feasible), default=None,
-                   key=lambda r: (r.compute_cost, r.peak_memory))
+        best = _cheapest(results)
+        target = known.value * (1 + options.mip_rel_gap) * (1 + PROVEN_RTOL)
+        if best is not None and best.compute_cost <= target:
+            break  # the bound already proves it: slower methods cannot do better
         results.append(solver(name)(graph, budget, replace(options, initial=best)))
     feasible = [r for r in results if r.feasible]
     elapsed = time.perf_counter() - start
-    bound = max(r.lower_bound for r in results)
+    bound = max([known.value] + [r.lower_bound for r in results])
     min_budget = min((r.min_budget for r in results if r.min_budget is not None), default=None)
     if not feasible:
         return Solution.infeasible(graph, "auto", budget, min_budget, solve_time=elapsed,
                                    tried=[r.method for r in results])
-    best = min(feasible, key=lambda r: (r.compute_cost, r.peak_memory))
-    status = "optimal" if best.compute_cost <= bound * (1 + 1e-9) else \
+    best = _cheapest(feasible)
+    status = "optimal" if best.compute_cost <= bound * (1 + PROVEN_RTOL) else \
         ("timeout" if any(r.status == "timeout" for r in results) else "feasible")
     return Solution.from_schedule(graph, best.R, best.S, "auto", status, budget,
                                   lower_bound=bound, solve_time=elapsed, min_budget=min_budget,
                                   chosen=best.method, tried=[r.method for r in results])
+
+
+def _cheapest(results: list[Solution]) -> Solution | None:
+    return min((r for r in results if r.feasible), default=None,
+               key=lambda r: (r.compute_cost, r.peak_memory))

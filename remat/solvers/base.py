@@ -58,13 +58,16 @@ _REGISTRY: dict[str, str] = {
     "lp-randomized": "remat.solvers.lp_randomized",
     "milp": "remat.solvers.milp",
     "chain-dp": "remat.solvers.chain_dp",
+    "retention": "remat.solvers.retention",
     "cpsat": "remat.solvers.cpsat",
     "auto": "remat.solvers.auto",
 }
 
 
-BASELINES = ("checkpoint-all", "chen-greedy", "ap-greedy", "chen-sqrtn", "ap-sqrtn", "griewank")
-"""The classic methods: fast, no proven bound; exact solvers warm-start from the best."""
+BASELINES = ("checkpoint-all", "chen-greedy", "ap-greedy", "chen-sqrtn", "ap-sqrtn", "griewank",
+             "retention")
+"""The fast heuristics (the classic baselines, and ``retention``, the schedule of the retention
+bound's knapsack); exact solvers warm-start from the best of them."""
 
 
 def method_names() -> tuple[str, ...]:

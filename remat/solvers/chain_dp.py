@@ -26,23 +26,35 @@ all schedules: with heterogeneous sizes at tight budgets an optimal schedule may
 checkpoint right after its last read in a stage and rebuild it later from a lower one, to
 make room for a large gradient. Counterexample (tests/test_fast_solvers.py): a 5-layer
 random chain at its tightest budget, DP 52 against milp's proven 43; ``linear(16)`` at its
-smallest DP budget: DP 77.698, milp 76.313. So the method reports status "feasible" with
-the trivial bound (every node once) and flags ``details["optimal_in_class"]``; certify with
-``milp`` where that matters.
+smallest DP budget: DP 77.698, milp 76.313. There milp keeps a_1, recomputes a_2 from it in
+stage b_3 and frees a_1 right after that read, to fit b_3; stage b_2 rebuilds a_0, a_1 from
+the input (``bench/verify_chain_dp.py --show 5 100``). In recursion terms the part above a
+checkpoint a_j may end at a stage b_m, m > j + 1, dropping a_j, the rest being segment
+s..m-1 from the lower base; this DP only has m = j + 1 (bench/results/fast_notes.md). So the
+method reports status "feasible" with the trivial bound (every node once) and flags
+``details["optimal_in_class"]``; certify with ``milp`` where that matters.
 
-Costs and sizes are exact (no memory discretization): memo keys hold the exact remaining bytes.
+Costs and sizes are exact (no memory discretization). Speed comes from three exact devices
+(``_ChainDP``): each state's answer is kept as budget intervals found by bisection (the least
+cost is a step function of the budget), the search is branch and bound (a caller passes the
+most it could use; a search that proves it cannot meet that stops and records a lower bound),
+and the schedule of the nearest solved budget below is the incumbent to beat.
+
 A node's transient workspace (``RematGraph.workspace``) is added to its own candidate: in the
-forward sweeps (``run_peak``), in ``need`` (backward nodes and the loss) and ``store_peak``
-(every node of the segment), exactly as the simulator counts it. Workspace widens the gap to
-the true optimum: with a large loss workspace an optimum may drop a stored value across the
-loss and rebuild it in stage b_{n-1}, which no persistent schedule does. Measured on 40
-random 4-layer chains at 4 budgets each (a one-off script against tests/exhaustive.py): the DP
-was above the optimum in 9 cases of 160 with random workspace, 3 without.
+forward sweeps (``run_peak``), in ``need`` (backward nodes and the loss) and in
+``store_peak[top]`` (every node of the segment), exactly as the simulator counts it.
+Workspace widens the gap to the true optimum: with a large loss workspace an optimum may drop
+a stored value across the loss and rebuild it in stage b_{n-1}, which no persistent schedule
+does. Measured on 40 random 4-layer chains at 4 budgets each (a one-off script against
+tests/exhaustive.py, on the DP before the interval rewrite): above the optimum in 9 cases of
+160 with random workspace, 3 without.
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +67,7 @@ from remat.solvers.base import SolveOptions
 from remat.errors import UnsupportedGraphError
 
 INF = float("inf")
+_SLACK = 1e-12
 
 
 @dataclass(frozen=True)
@@ -106,7 +119,18 @@ def chain_of(graph: RematGraph) -> Chain:
 
 
 class _ChainDP:
-    """Memoised recursion over (segment, top, bytes); ``choice`` records each state's argmin.
+    """Memoised branch-and-bound recursion over (segment, top, bytes), each state's value
+    function stored as intervals of budget.
+
+    The least cost of a state is a non-increasing step function of its budget M. When the
+    recursion finds the optimum at M with a schedule whose own peak is P <= M, every budget in
+    [P, M] has that optimum and that schedule (more memory never costs more; the schedule
+    fits). So a state keeps the intervals it has solved, and a budget inside one is answered by
+    bisection: the number of solves per state is about the number of steps of its function,
+    not the number of distinct budgets the recursion asks about (sums of checkpoint sizes).
+    Ties in cost go to the smaller peak, so intervals start low. Searches cut short by a
+    caller's cutoff leave facts "the cost is at least v up to budget B" (``_Steps.above``),
+    which, with the cost of the next interval up, answer later cutoffs without a search.
 
     Three exact shortcuts keep the state count down: a state whose budget covers the peak of
     storing every value (``store_peak``) costs exactly one computation per node (the least
@@ -119,8 +143,9 @@ class _ChainDP:
     def __init__(self, chain: Chain):
         self.c = chain
         n = chain.n
-        self.memo: dict[tuple, float] = {}
-        self.choice: dict[tuple, tuple[int, int]] = {}
+        self.memo: dict[tuple, _Steps] = {}
+        self.cells: list[list[list]] = [[[None] * n for _ in range(n)] for _ in (0, 1)]
+        self.solves = 0
         self.fwd_prefix = _prefix(chain.fwd_cost)
         self.bwd_prefix = _prefix(chain.bwd_cost)
         self.need, self.store_peak = _range_tables(chain)
@@ -132,47 +157,98 @@ class _ChainDP:
         fwd = self.fwd_prefix[t + 1 - top] - self.fwd_prefix[s]
         return fwd + self.bwd_prefix[t + 1] - self.bwd_prefix[s]
 
-    def best(self, s: int, t: int, top: int, budget: float) -> float:
-        """Least cost of backward stages b_t..b_s (see the module docstring)."""
+    def best(self, s: int, t: int, top: int, budget: float,
+             cutoff: float = INF) -> tuple[float, float]:
+        """(least cost, peak of the schedule that reaches it) of backward stages b_t..b_s
+        within ``budget`` (see the module docstring). Branch and bound: when the least cost
+        is above ``cutoff`` (the caller has no use for a dearer answer) the search may stop
+        once it proves that, and returns (a lower bound above the cutoff, inf). (inf, inf):
+        nothing fits."""
         if budget < self.need[s][t]:
-            return INF
+            return INF, INF
         if budget >= self.store_peak[top][s][t]:
-            return self.store_cost(s, t, top)
-        key = (self.segment_id[s][t], top, budget)
-        hit = self.memo.get(key)
-        if hit is None:
-            hit = self.memo[key] = self._split(s, t, top, budget, key)
-        return hit
+            return self.store_cost(s, t, top), self.store_peak[top][s][t]
+        steps = self.cells[top][s][t] or self.steps(s, t, top)
+        i = bisect_right(steps.low, budget) - 1
+        if i < 0 or budget > steps.high[i]:
+            known = steps.bound(budget, i)
+            if known > cutoff:
+                return known, INF
+            # the schedule of the interval below fits too: the answer unless beaten
+            below = (steps.cost[i], steps.low[i], steps.choice[i]) if i >= 0 else (INF, INF, None)
+            if below[0] <= known:  # and nothing can beat it
+                steps.high[i] = budget
+                return steps.answer(i)
+            self.solves += 1
+            cost, peak, choice = self._split(s, t, top, budget, cutoff, below)
+            if choice is None and cutoff < INF:
+                steps.add_bound(budget, cost)
+                return cost, INF
+            i = steps.add(budget, cost, peak, choice)
+        return steps.answer(i)
 
-    def _split(self, s: int, t: int, top: int, budget: float, key) -> float:
-        """Try every first checkpoint j in s..t-1 of the forward sweep of stage b_t."""
-        c = self.c
-        mem = c.fwd_mem
+    def steps(self, s: int, t: int, top: int) -> "_Steps":
+        """The interval store of state (s, t, top), shared by every segment with its content."""
+        key = (self.segment_id[s][t], top)
+        steps = self.memo.get(key)
+        if steps is None:
+            steps = self.memo[key] = _Steps()
+        self.cells[top][s][t] = steps
+        return steps
+
+    def _split(self, s: int, t: int, top: int, budget: float, cutoff: float, incumbent):
+        """Try every first checkpoint j in s..t-1 of the forward sweep of stage b_t; return
+        (cost, peak, (j - s, keep)) of the cheapest, the lower peak among equal costs, or
+        (a lower bound, inf, None) if none costs at most ``cutoff``. ``incumbent``: (cost,
+        peak, choice) of a schedule known to fit, returned unless something beats it. (The
+        hot loop of the solver: table lookups are inlined.)"""
+        c, need, store_peak, best_of = self.c, self.need, self.store_peak[top], self.best
+        mem, fwd_cost, fp, bp = c.fwd_mem, c.fwd_cost, self.fwd_prefix, self.bwd_prefix
         base = self.base[s]
         # the top segment's sweep is the forward pass itself: no gradient exists yet
         above = c.grad_mem[t + 1] if t < c.n - 1 else 0.0
         extra = base + above + (mem[t] if top else 0.0)
+        up_budget, up_tail, low_head = budget - base, fp[t + 1 - top] + bp[t + 1], fp[s] + bp[s]
         # Every node of the segment runs once, and a_s..a_{j-1}, which the sweep does not
         # store, run again below j: ``floor + sweep before j`` bounds choice j from below and
-        # grows with j, so the loop stops once it reaches the best total found.
-        floor = self.store_cost(s, t, top)
-        best, run_cost, run_peak = INF, 0.0, 0.0
+        # grows with j, so the loop stops once it passes the best total found.
+        floor = up_tail - low_head
+        # slack: a cutoff passed down must not drop a tie lost to float rounding
+        best, best_peak, choice = cutoff + _SLACK * abs(cutoff), INF, None
+        if incumbent[0] <= best:
+            best, best_peak, choice = incumbent
+        run_cost, run_peak, least = 0.0, 0.0, INF  # least: bound on the choices cut off
         for j in range(s, t):
-            if floor + run_cost >= best:
+            if floor + run_cost > best:
+                least = min(least, floor + run_cost)
                 break
-            run_peak = max(run_peak, extra + (mem[j - 1] if j > s else 0.0) + mem[j] + c.fwd_ws[j])
-            run_cost += c.fwd_cost[j]
+            pair = (mem[j - 1] + mem[j] if j > s else mem[j]) + c.fwd_ws[j]
+            run_peak = max(run_peak, extra + pair)
+            run_cost += fwd_cost[j]
             if run_peak > budget:
                 break
-            upper = run_cost + self.best(j + 1, t, top, budget - base)
-            if upper + self.store_cost(s, j, 1) >= best:
+            u = j + 1
+            if up_budget < need[u][t]:
+                continue
+            low_least = fp[j] + bp[u] - low_head  # the part below stores everything
+            if up_budget >= store_peak[u][t]:
+                upper, up_peak = run_cost + up_tail - fp[u] - bp[u], store_peak[u][t]
+            else:
+                upper, up_peak = best_of(u, t, top, up_budget, best - run_cost - low_least)
+                upper += run_cost
+            if up_peak == INF or upper + low_least > best:
+                least = min(least, upper + low_least)
                 continue
             for keep in (1, 0):
-                total = upper + self.best(s, j, keep, budget)
-                if total < best:
-                    best = total
-                    self.choice[key] = (j - s, keep)
-        return best
+                low_cost, low_peak = best_of(s, j, keep, budget, best - upper)
+                total = upper + low_cost
+                if low_peak == INF or total > best:
+                    least = min(least, total)
+                    continue
+                peak = max(run_peak, base + up_peak, low_peak)
+                if total < best or peak < best_peak:
+                    best, best_peak, choice = total, peak, (j - s, keep)
+        return (best, best_peak, choice) if choice else (least, INF, None)
 
     # ----- schedule reconstruction -------------------------------------------------------
     def stage_of(self, t: int, node: int) -> int:
@@ -186,7 +262,9 @@ class _ChainDP:
         if budget >= self.store_peak[top][s][t]:
             ops += [(self.stage_of(t, i), i) for i in range(s, t + 1 - top)]
             return
-        offset, keep = self.choice[(self.segment_id[s][t], top, budget)]
+        self.best(s, t, top, budget)  # solved already unless float rounding moved the budget
+        steps = self.steps(s, t, top)
+        offset, keep = steps.choice[steps.find(budget)]
         j = s + offset
         ops += [(self.stage_of(t, i), i) for i in range(s, j + 1)]
         self.recomputed(j + 1, t, top, budget - self.base[s], ops)
@@ -194,26 +272,90 @@ class _ChainDP:
 
     def min_peak(self) -> float:
         """The smallest peak above static memory of any schedule in the DP's class (an upper
-        bound on the graph's true smallest budget, which non-persistent schedules may beat)."""
-        memo: dict[tuple, float] = {}
-        for length in range(self.c.n):
-            for s in range(self.c.n - length):
-                for top in (0, 1):
-                    memo[(s, s + length, top)] = self._min_peak_split(s, s + length, top, memo)
-        return memo[(0, self.c.n - 1, 0)]
+        bound on the graph's true smallest budget, which non-persistent schedules may beat).
 
-    def _min_peak_split(self, s: int, t: int, top: int, memo: dict) -> float:
-        if s == t:
-            return self.store_peak[top][s][s]
-        c, base = self.c, self.base[s]
-        extra = base + (c.grad_mem[t + 1] if t < c.n - 1 else 0.0) + (c.fwd_mem[t] if top else 0.0)
-        best, run_peak = INF, 0.0
-        for j in range(s, t):
-            run_peak = max(run_peak, extra + (c.fwd_mem[j - 1] if j > s else 0.0) + c.fwd_mem[j]
-                           + c.fwd_ws[j])
-            lower = min(memo[(s, j, 1)], memo[(s, j, 0)])
-            best = min(best, max(run_peak, base + memo[(j + 1, t, top)], lower))
-        return best
+        The same recursion as ``best`` with max for + and no costs, by segment length, every
+        segment of one length at once (numpy): ``peak[top][s, t]``."""
+        c, n = self.c, self.c.n
+        mem, base = np.array(c.fwd_mem), np.array(self.base)
+        above = np.array(c.grad_mem[1:n] + (0.0,))  # above[t]: gradient over segment ..t
+        peak = np.full((2, n, n), INF)
+        workspace = np.array(c.fwd_ws)
+        for top in (0, 1):
+            peak[top, range(n), range(n)] = np.diag(np.array(self.store_peak[top]))
+        for length in range(1, n):
+            s = np.arange(n - length)
+            t = s + length
+            j = s[:, None] + np.arange(length)  # first checkpoint of segment s..t
+            pair = mem[j] + workspace[j] + np.where(j > s[:, None], mem[j - 1], 0.0)
+            sweep = np.maximum.accumulate(pair, axis=1) + (base[s] + above[t])[:, None]
+            lower = np.minimum(peak[0][s[:, None], j], peak[1][s[:, None], j])
+            for top in (0, 1):
+                run = sweep + (mem[t] * top)[:, None]
+                upper = base[s][:, None] + peak[top][j + 1, t[:, None]]
+                peak[top][s, t] = np.maximum(np.maximum(run, upper), lower).min(axis=1)
+        return float(peak[0][0, n - 1])
+
+
+class _Steps:
+    """The solved budget intervals [low, high] of one DP state, sorted by ``low``, none inside
+    another: a budget is answered by the interval with the largest low at or below it, if it
+    reaches that far. ``low`` is the peak of the interval's schedule (-inf when nothing fits)."""
+
+    __slots__ = ("low", "high", "cost", "choice", "above_at", "above")
+
+    def __init__(self):
+        self.low: list[float] = []
+        self.high: list[float] = []
+        self.cost: list[float] = []
+        self.choice: list = []
+        # facts from searches cut short: the cost is at least above[k] at every budget up
+        # to above_at[k]; kept as a staircase (above_at rising, above falling)
+        self.above_at: list[float] = []
+        self.above: list[float] = []
+
+    def bound(self, budget: float, i: int) -> float:
+        """A lower bound on the least cost at ``budget`` (``i``: index of the last interval
+        starting at or below it): the cost of the next interval up (more memory never costs
+        more) or a recorded fact."""
+        k = bisect_left(self.above_at, budget)
+        fact = self.above[k] if k < len(self.above) else -INF
+        return max(fact, self.cost[i + 1]) if i + 1 < len(self.cost) else fact
+
+    def add_bound(self, budget: float, value: float) -> None:
+        """Record that the cost is at least ``value`` at every budget up to ``budget``."""
+        k = bisect_left(self.above_at, budget)
+        if k < len(self.above) and self.above[k] >= value:
+            return
+        end = k + 1 if k < len(self.above_at) and self.above_at[k] == budget else k
+        start = k
+        while start > 0 and self.above[start - 1] <= value:
+            start -= 1
+        self.above_at[start:end], self.above[start:end] = [budget], [value]
+
+    def answer(self, i: int) -> tuple[float, float]:
+        """(cost, peak) of interval ``i``; the peak is inf where nothing fits, as callers
+        test it."""
+        cost = self.cost[i]
+        return cost, (self.low[i] if cost < INF else INF)
+
+    def find(self, budget: float) -> int:
+        """Index of the interval holding ``budget``, or -1."""
+        i = bisect_right(self.low, budget) - 1
+        return i if i >= 0 and budget <= self.high[i] else -1
+
+    def add(self, budget: float, cost: float, peak: float, choice) -> int:
+        """Record the optimum solved at ``budget`` (a miss); returns its index. Intervals
+        starting in [peak, budget] end before ``budget`` (it was a miss), so they lie inside
+        the new one and go."""
+        low = peak if cost < INF else -INF
+        i = bisect_left(self.low, low)
+        j = i
+        while j < len(self.low) and self.low[j] <= budget:
+            j += 1
+        self.low[i:j], self.high[i:j] = [low], [budget]
+        self.cost[i:j], self.choice[i:j] = [cost], [choice]
+        return i
 
 
 def _prefix(values) -> list[float]:
@@ -272,13 +414,23 @@ def _range_tables(chain: Chain) -> tuple[list[list[float]], list[list[list[float
     return need, store
 
 
+def usable(chain: Chain, free_mem: float) -> float:
+    """``free_mem`` rounded down to whole bytes when every size is whole: then every peak the
+    DP adds up is an exact integer in float arithmetic, so ``budget - base`` and ``base +
+    peak`` round-trip and the interval bookkeeping is exact."""
+    sizes = chain.fwd_mem + chain.grad_mem + chain.fwd_ws + chain.bwd_ws + (chain.loss_ws,)
+    if math.isfinite(free_mem) and all(float(v).is_integer() and abs(v) < 2 ** 50 for v in sizes):
+        return float(math.floor(free_mem))
+    return free_mem
+
+
 def optimal_cost(chain: Chain, free_mem: float) -> tuple[float, _ChainDP]:
     """The least compute cost within ``free_mem`` bytes above static memory (inf if none)."""
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 20 * chain.n + 1000))
     try:
         dp = _ChainDP(chain)
-        return dp.best(0, chain.n - 1, 0, free_mem) + chain.loss_cost, dp
+        return dp.best(0, chain.n - 1, 0, usable(chain, free_mem))[0] + chain.loss_cost, dp
     finally:
         sys.setrecursionlimit(limit)
 
@@ -287,7 +439,7 @@ def schedule(graph: RematGraph, dp: _ChainDP, free_mem: float) -> tuple[np.ndarr
     """R/S of the optimal schedule the DP found (every node in its own stage, plus the
     forward recomputations of the backward stages)."""
     ops: list[tuple[int, int]] = []
-    dp.recomputed(0, dp.c.n - 1, 0, free_mem, ops)
+    dp.recomputed(0, dp.c.n - 1, 0, usable(dp.c, free_mem), ops)
     R = np.eye(graph.size, dtype=bool)
     for stage, node in ops:
         R[stage, node] = True
@@ -309,7 +461,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     status = "optimal" if np.isclose(cost, graph.total_cost, rtol=1e-12) else "feasible"
     sol = Solution.from_schedule(graph, R, S, "chain-dp", status, budget,
                                  lower_bound=graph.total_cost, solve_time=elapsed,
-                                 states=len(dp.memo), optimal_in_class=True)
+                                 states=dp.solves, optimal_in_class=True)
     if sol.peak_memory > budget or not np.isclose(sol.compute_cost, cost, rtol=1e-9):
         raise RematError(f"chain-dp: internal error, the DP's schedule simulates to cost "
                          f"{sol.compute_cost} and peak {sol.peak_memory} (DP: cost {cost} within "

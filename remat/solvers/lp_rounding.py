@@ -19,6 +19,7 @@ from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
 from remat.solvers import highs_backend
 from remat.solvers.base import SolveOptions
+from remat.solvers.bounds import bound_time, retention_bound
 from remat.solvers.milp_model import TIGHT, MilpModel
 
 
@@ -93,6 +94,9 @@ def solve_by_rounding(graph: RematGraph, budget: float, options: SolveOptions, m
                       (None, float("inf"), 0), began, options.time_limit,
                       lp_status=relaxed[1])
     rounded = best_rounding(graph, budget, candidates_of(relaxed[0]))
+    # the retention bound (remat.solvers.bounds) is often far above the LP's: report the best
+    known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
+    relaxed = (relaxed[0], max(relaxed[1], known.value))
     return finish(graph, budget, method, relaxed, rounded, began, **details)
 
 

@@ -19,6 +19,7 @@ from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
 from remat.solvers import highs_backend
 from remat.solvers.base import BASELINES, SolveOptions, applicable, solver
+from remat.solvers.bounds import PROVEN_RTOL, Bound, bound_time, retention_bound
 from remat.solvers.milp_model import TIGHT, Formulation, MilpModel
 from remat.solvers.min_budget import min_budget, peak_lower_bound
 
@@ -30,19 +31,29 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
 
 
 def solve_with(graph: RematGraph, budget: float, options: SolveOptions,
-               formulation: Formulation, method: str = "milp") -> Solution:
-    """``milp`` with an explicit formulation (the benchmark compares them)."""
+               formulation: Formulation, method: str = "milp", retention: bool = True) -> Solution:
+    """``milp`` with an explicit formulation (the benchmark compares them); ``retention=False``
+    is Checkmate's plain MILP: no retention bound to stop at or report."""
     began = time.perf_counter()
     if budget < peak_lower_bound(graph):  # no schedule fits: skip the (slow) proof by MILP
         return _infeasible(graph, budget, method, began, options, reason="below peak_lower_bound")
     warm = warm_start(graph, budget, options) if options.warm_start else None
+    known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads) \
+        if retention else Bound(graph.total_cost, "trivial", 0.0, 0)
+    target = known.value * (1 + options.mip_rel_gap) * (1 + PROVEN_RTOL)
+    if warm is not None and warm.compute_cost <= target:  # proven already: no MILP needed
+        proof = warm.with_(method=method, lower_bound=max(known.value, warm.lower_bound),
+                           solve_time=time.perf_counter() - began,
+                           details={**warm.details, "proven_by": "retention bound"})
+        return _proven(proof, options.mip_rel_gap)
     model = MilpModel(graph, budget, formulation)
     start = model.vector(warm.R, warm.S) if warm is not None else None
     remaining = _remaining(options.time_limit, began)
+    stop_at = target / model.cost_unit if model.formulation.tie_break == 0 else None
     result = highs_backend.run(model.arrays(), remaining, options.mip_rel_gap, options.threads,
                                options.seed, start=start, progress=_progress(options, model),
-                               verbose=options.verbose)
-    return _solution(graph, budget, model, result, warm, method, began, options)
+                               verbose=options.verbose, stop_at=stop_at)
+    return _solution(graph, budget, model, result, warm, method, began, options, known.value)
 
 
 def _remaining(time_limit: float | None, began: float) -> float | None:
@@ -74,9 +85,10 @@ def best_baseline(graph: RematGraph, budget: float) -> Solution | None:
     return best
 
 
-def _solution(graph, budget, model, result, warm, method, began, options) -> Solution:
-    """Turn HiGHS's answer into a checked Solution."""
-    bound = true_bound(graph, model, result.bound)
+def _solution(graph, budget, model, result, warm, method, began, options,
+              retention: float) -> Solution:
+    """Turn HiGHS's answer into a checked Solution; ``retention`` is a bound proven before."""
+    bound = max(true_bound(graph, model, result.bound), retention)
     details = {"backend_status": result.status}
     if result.status == "infeasible":
         return _infeasible(graph, budget, method, began, options, **details)
@@ -96,11 +108,16 @@ def _solution(graph, budget, model, result, warm, method, began, options) -> Sol
     R, S = candidate
     sol = Solution.from_schedule(graph, R, S, method, status, budget, lower_bound=bound,
                                  solve_time=time.perf_counter() - began, **details)
-    proven = sol.compute_cost <= sol.lower_bound * (1 + 1e-9)
-    if sol.status == "feasible" and proven:
-        sol = sol.with_(status="optimal")
-    elif sol.status == "optimal" and not proven:  # optimal for perturbed costs only
-        sol = sol.with_(status="feasible")
+    return _proven(sol, options.mip_rel_gap)
+
+
+def _proven(sol: Solution, mip_rel_gap: float) -> Solution:
+    """The status the bound supports: "optimal" when it meets the cost, "feasible" within
+    ``mip_rel_gap``; a claimed optimum the bound does not meet (perturbed costs) is "feasible"."""
+    if sol.compute_cost <= sol.lower_bound * (1 + PROVEN_RTOL):
+        return sol.with_(status="optimal")
+    if sol.status == "optimal" or sol.compute_cost <= sol.lower_bound * (1 + mip_rel_gap):
+        return sol.with_(status="feasible")
     return sol
 
 
@@ -152,6 +169,8 @@ def _schedule(graph, model, x, budget):
 
 
 def _status(backend_status: str, mip_rel_gap: float) -> str:
+    if backend_status == "stopped":  # reached the retention bound (times 1 + mip_rel_gap)
+        return "feasible"
     if backend_status == "optimal":
         return "optimal" if mip_rel_gap <= 0 else "feasible"
     return "timeout"

@@ -18,6 +18,7 @@ from remat.schedule.rs import cheapest_r, checkpoint_all
 from remat.schedule.simulate import simulate
 from remat.solvers import highs_backend
 from remat.solvers.base import SolveOptions, solver
+from remat.solvers.bounds import peak_lower_bound
 from remat.solvers.milp_model import TIGHT, MilpModel
 
 
@@ -32,15 +33,6 @@ class MinBudget:
     R: np.ndarray
     S: np.ndarray
     solve_time: float
-
-
-def peak_lower_bound(graph: RematGraph) -> float:
-    """No schedule peaks below this: computing node k needs its inputs alive, its output
-    allocated and its workspace held, so ``static_mem + m_k + w_k + sum of its inputs' m`` is
-    a candidate of every schedule."""
-    need = [graph.mem[k] + graph.workspace[k] + sum(graph.mem[d] for d in graph.deps[k])
-            for k in range(graph.size)]
-    return graph.static_mem + float(max(need))
 
 
 def smallest_baseline(graph: RematGraph) -> tuple[float, np.ndarray, np.ndarray]:

@@ -1,0 +1,167 @@
+"""Benchmark: certified gaps on zoo models and large random graphs, against Checkmate's MILP.
+
+    PYTHONPATH=. python bench/bench_bounds.py [--graphs zoo,random] [--budgets 40%,60%,80%]
+        [--time-limit 60] [--plain-max-nodes 130] [-o bench/results/bounds]
+
+Graphs: the tiny zoo captured at module and op granularity with FLOP costs (bench/graphs/,
+made by ``remat capture NAME --tiny --cost-model flops --granularity G -o ...``) and
+``remat.graphs.random_dag(n)`` for n = 100, 250, 500 (T = 201 to 1001). For every graph and
+budget it runs:
+
+- ``bound``: the retention bound alone (remat/solvers/bounds.py), its value and time;
+- ``milp-plain``: Checkmate's MILP as published: cold start, HiGHS's own bound only (graphs up
+  to --plain-max-nodes nodes; beyond, its model takes minutes just to build);
+- ``retention``: the heuristic built on the bound's knapsack;
+- ``best-classic``: the cheapest of the classic baselines (checkpoint-all, Chen, AP, griewank);
+- ``auto``: what ``remat.solve`` does by default, with the same time limit.
+
+Each row: cost and bound as multiples of the graph's total cost (1.0 = no recomputation), the
+certified gap (cost / bound - 1) and the wall time. Timings are wall clock on a shared 2-core
+machine: noisy. Rows go to CSV/JSON as they come; a PNG plots gap against graph size.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import remat
+from remat.solvers import SolveOptions, solver
+from remat.solvers.base import applicable
+from remat.solvers.bounds import retention_bound
+from remat.solvers.milp import solve_with
+from remat.solvers.milp_model import TIGHT
+
+GRAPH_DIR = Path(__file__).parent / "graphs"
+CLASSIC = ("checkpoint-all", "chen-greedy", "ap-greedy", "chen-sqrtn", "ap-sqrtn", "griewank")
+RANDOM_SIZES = (100, 250, 500)
+
+
+def graphs(kinds: list[str]):
+    """(name, graph) pairs, smallest first."""
+    found = []
+    if "zoo" in kinds:
+        for path in sorted(GRAPH_DIR.glob("*.json")):
+            found.append((path.stem, remat.RematGraph.from_json(path)))
+    if "random" in kinds:
+        found += [(f"random_dag{n}", remat.graphs.random_dag(n, seed=0)) for n in RANDOM_SIZES]
+    return sorted(found, key=lambda item: item[1].size)
+
+
+def best_classic(graph, budget):
+    best = None
+    for name in applicable(graph, CLASSIC):
+        sol = solver(name)(graph, budget, SolveOptions())
+        if sol.feasible and (best is None or sol.compute_cost < best.compute_cost):
+            best = sol
+    return best
+
+
+def measured(label, run):
+    """(label, Solution or None, wall seconds)."""
+    began = time.perf_counter()
+    sol = run()
+    return label, sol, time.perf_counter() - began
+
+
+def rows_for(name, graph, percent, limit, plain_max):
+    budget = remat.parse_budget(percent, graph)
+    total = graph.total_cost
+    began = time.perf_counter()
+    bound = retention_bound(graph, budget, time_limit=limit)
+    out = [dict(graph=name, T=graph.size, budget=percent, method="bound", status=bound.status,
+                cost=None, bound=_rel(bound.value, total), gap=None,
+                seconds=round(time.perf_counter() - began, 3))]
+    runs = []
+    if graph.size <= plain_max:
+        runs.append(measured("milp-plain", lambda: solve_with(
+            graph, budget, SolveOptions(time_limit=limit, warm_start=False), TIGHT,
+            retention=False)))
+    runs.append(measured("retention", lambda: solver("retention")(
+        graph, budget, SolveOptions(time_limit=limit))))
+    runs.append(measured("best-classic", lambda: best_classic(graph, budget)))
+    runs.append(measured("auto", lambda: solver("auto")(
+        graph, budget, SolveOptions(time_limit=limit))))
+    for label, sol, wall in runs:
+        feasible = sol is not None and sol.feasible
+        lower = sol.lower_bound if feasible and label != "best-classic" else None
+        out.append(dict(graph=name, T=graph.size, budget=percent, method=label,
+                        status=sol.status if sol is not None else "infeasible",
+                        cost=_rel(sol.compute_cost, total) if feasible else None,
+                        bound=_rel(lower, total) if lower is not None else None,
+                        gap=(sol.compute_cost / lower - 1) if lower else None,
+                        seconds=round(wall, 3),
+                        chosen=sol.details.get("chosen") if feasible else None))
+    return out
+
+
+def _rel(value, total):
+    return None if value is None or not math.isfinite(value) else round(value / total, 6)
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for method, marker in (("milp-plain", "x"), ("auto", "o"), ("retention", "^")):
+        pts = [(r["T"], max(r["gap"], 1e-5)) for r in rows
+               if r["method"] == method and r["gap"] is not None]
+        if pts:
+            ax.scatter(*zip(*pts), marker=marker, label=method, alpha=0.7)
+    ax.axhline(0.01, color="grey", linestyle="--", linewidth=1, label="1% gap")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes T")
+    ax.set_ylabel("certified gap (cost / proven bound - 1; 1e-5 = proven optimal)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graphs", default="zoo,random")
+    parser.add_argument("--budgets", default="40%,60%,80%")
+    parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--plain-max-nodes", type=int, default=130)
+    parser.add_argument("--only", default=None, help="comma-separated graph names")
+    parser.add_argument("-o", "--output", default="bench/results/bounds")
+    args = parser.parse_args(argv)
+    selected = graphs(args.graphs.split(","))
+    if args.only:
+        keep = set(args.only.split(","))
+        selected = [item for item in selected if item[0] in keep]
+    rows: list[dict] = []
+    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+    for name, graph in selected:
+        for percent in args.budgets.split(","):
+            for row in rows_for(name, graph, percent, args.time_limit, args.plain_max_nodes):
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            write(rows, args)
+    plot(rows, args.output + ".png")
+
+
+def write(rows, args) -> None:
+    fields = ["graph", "T", "budget", "method", "status", "cost", "bound", "gap", "seconds",
+              "chosen"]
+    with open(args.output + ".csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    meta = dict(command="PYTHONPATH=. python " + " ".join(sys.argv), python=platform.python_version(),
+                machine=platform.machine(), cpus=os.cpu_count(), when=time.strftime("%Y-%m-%d %H:%M"))
+    with open(args.output + ".json", "w") as handle:
+        json.dump({"meta": meta, "rows": rows}, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

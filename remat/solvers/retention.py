@@ -1,0 +1,146 @@
+"""``retention``: keep what the retention knapsack keeps, recompute the rest where it is read.
+
+The retention bound (``remat.solvers.bounds``) chooses a set K of values to keep alive for
+their whole lifetime, within the budget at every stage, dropping the cheapest to recompute.
+This method turns such a K into a schedule: K stays resident from computation to last read,
+everything else is recomputed (with any missing inputs) in the stage that reads it, and
+``tighten`` removes what nobody reads. The knapsack ignores two things, so the method iterates:
+
+- the price of dropping a value is not its own cost but the cost of rebuilding it from K
+  (its dropped ancestors too): after each round the weights become those rebuild costs;
+- recomputed values need room the knapsack did not reserve: when a schedule goes over the
+  budget, the knapsack is solved again with each stage's room cut by that stage's overshoot
+  (a few times), then with the room scaled down as a whole, until one fits.
+
+Every schedule is priced by the simulator; the cheapest that fits wins. It scales to
+thousands of nodes (one small knapsack per try) and is often far cheaper than the checkpoint
+heuristics on branchy graphs; it reports the retention bound as its ``lower_bound``.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from remat.graph.core import RematGraph
+from remat.schedule.rs import tighten
+from remat.schedule.simulate import simulate
+from remat.schedule.solution import Solution
+from remat.solvers.base import SolveOptions
+from remat.solvers.bounds import bound_time, retained, retention_bound, stage_room
+
+ROUNDS = 3
+"""Weight updates (rebuild costs from the previous K); more rarely helped (measured)."""
+REPAIRS = 6
+"""Knapsack solves that cut each stage's room by its overshoot before scaling down."""
+SCALES = (1.0, 0.85, 0.7, 0.5, 0.25, 0.0)
+"""Then: fractions of the room above the smallest stage room, tried until a schedule fits."""
+
+
+def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
+    began = time.perf_counter()
+    deadline = None if options.time_limit is None else began + options.time_limit
+    known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
+    best, weights, tries, least = None, graph.cost.astype(float), 0, math.inf
+    for _ in range(ROUNDS):
+        found, kept, count, low = _fit(graph, budget, weights, deadline, options.threads)
+        tries, least = tries + count, min(least, low)
+        if found is not None and (best is None or found[0] < best[0]):
+            best = found
+        if kept is None or _past(deadline):
+            break
+        weights = rebuild_costs(graph, kept)
+    elapsed = time.perf_counter() - began
+    if best is None:  # min_budget: the least peak this method reaches (keep nothing at worst)
+        if not math.isfinite(least):
+            least = simulate(graph, *schedule_of(graph, set())).peak_memory
+        return Solution.infeasible(graph, "retention", budget, least, solve_time=elapsed,
+                                   tries=tries)
+    status = "timeout" if _past(deadline) else "feasible"
+    return Solution.from_schedule(graph, best[1], best[2], "retention", status, budget,
+                                  lower_bound=known.value, solve_time=elapsed, tries=tries)
+
+
+def _fit(graph: RematGraph, budget: float, weights: np.ndarray, deadline, threads):
+    """The first schedule that fits: the knapsack's room is cut by each stage's overshoot
+    (``REPAIRS`` times), then scaled down as a whole. Returns ((cost, R, S) or None, the K of
+    the last try, number of tries, least peak seen)."""
+    full = stage_room(graph, budget)
+    floor = full.min()  # the room every stage has at the smallest possible budget
+    rooms = [full] * REPAIRS + [floor + scale * (full - floor) for scale in SCALES[1:]]
+    kept, tries, least, cut = None, 0, math.inf, np.zeros(graph.size)
+    for attempt, room in enumerate(rooms):
+        if _past(deadline) and tries:
+            break
+        limit = 2.0 if deadline is None else max(0.1, min(2.0, deadline - time.perf_counter()))
+        room = np.maximum(room - cut, 0.0) if attempt < REPAIRS else room
+        kept = retained(graph, room, weights, time_limit=limit, threads=threads)
+        if kept is None:
+            continue
+        tries += 1
+        R, S = schedule_of(graph, kept)
+        sim = simulate(graph, R, S)
+        least = min(least, sim.peak_memory)
+        if sim.peak_memory <= budget:
+            return (sim.compute_cost, R, S), kept, tries, least
+        cut += np.maximum(stage_peaks(graph, sim) - budget, 0.0)
+    return None, kept, tries, least
+
+
+def stage_peaks(graph: RematGraph, sim) -> np.ndarray:
+    """The simulator's largest candidate of each stage."""
+    peaks = np.zeros(graph.size)
+    for event in sim.timeline:
+        if event.action == "compute":
+            peaks[event.stage] = max(peaks[event.stage], event.memory)
+    return peaks
+
+
+def schedule_of(graph: RematGraph, kept: set[int]) -> tuple[np.ndarray, np.ndarray]:
+    """K resident from computation to last read. Any other value stays until the first stage
+    where the knapsack counted it dropped (it serves its readers up to there, typically the
+    next forward node) and is recomputed where it is read after that."""
+    S = np.zeros((graph.size, graph.size), dtype=bool)
+    for v in range(graph.size):
+        if not graph.users[v]:
+            continue
+        last = max(graph.users[v])
+        if v not in kept:
+            last = next((t for t in range(v + 1, last) if v not in graph.deps[t]), last)
+        S[v + 1:last + 1, v] = True
+    return tighten(graph, S)
+
+
+def rebuild_costs(graph: RematGraph, kept: set[int]) -> np.ndarray:
+    """Per value v, what dropping it costs given K: v itself plus every ancestor that is not
+    alive when v is next read after its drop (ancestors outside K, or in K but past their
+    last read by then), found through the ancestors that must be rebuilt as well."""
+    weights = graph.cost.astype(float)
+    for v in range(graph.size):
+        when = _next_read_after_drop(graph, v)
+        if when is None:
+            continue
+        seen, stack = {v}, list(graph.deps[v])
+        while stack:
+            d = stack.pop()
+            if d in seen or (d in kept and max(graph.users[d]) >= when):
+                continue
+            seen.add(d)
+            weights[v] += graph.cost[d]
+            stack.extend(graph.deps[d])
+    return weights
+
+
+def _next_read_after_drop(graph: RematGraph, v: int) -> int | None:
+    """The first reader of v after the first stage it spans without being read (where the
+    knapsack drops it), or None if it spans no such stage."""
+    if not graph.users[v]:
+        return None
+    last = max(graph.users[v])
+    drop = next((t for t in range(v + 1, last) if v not in graph.deps[t]), None)
+    return None if drop is None else min(u for u in graph.users[v] if u > drop)
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() > deadline
