@@ -13,6 +13,7 @@ from remat import InvalidGraphError, RematGraph, simulate
 from remat.schedule import cheapest_r, checkpoint_all, tighten
 from remat.schedule.budget import checkpoint_all_peak
 from remat.solvers import SolveOptions, solver
+from remat.solvers.bounds import retention_bound
 from remat.solvers.min_budget import min_budget, peak_lower_bound
 from remat.solvers.milp_model import TIGHT, MilpModel
 
@@ -153,6 +154,7 @@ def test_milp_equals_exhaustive_search_with_workspace(graph, seed):
         assert sol.status == "optimal"
         assert sol.compute_cost == pytest.approx(exhaustive.optimal_cost(graph, budget))
         assert simulate(graph, sol.R, sol.S).peak_memory <= budget
+        assert retention_bound(graph, budget).value <= sol.compute_cost * (1 + 1e-9)
     below = solver("milp")(graph, low - 1, SolveOptions())
     assert below.status == "infeasible" and below.min_budget == pytest.approx(low)
 
