@@ -5,6 +5,12 @@
 For each model: node count, capture time, static memory, the checkpoint-all peak predicted
 from the graph, the measured peak of ``Capture.run`` (the captured step, nothing
 recomputed) and of the plain eager step. Writes bench/results/capture_zoo[_full].json.
+
+The first step runs with ``p.grad`` None: each fresh gradient becomes ``p.grad`` (already in
+``static_mem``), so the nodes' gradient workspace goes unused; ``predicted_first_step`` is the
+prediction without it. The next step (checkpoint-all through the runtime, ``p.grad`` now set)
+makes each gradient next to ``p.grad``: ``measured_accumulating`` is compared with
+``predicted``, which counts that workspace on its node.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import torch
 
 import remat
 from remat.bench.common import eager_step
+from remat.runtime.step import CompiledStep
 from remat.schedule import checkpoint_all_peak
 
 
@@ -38,6 +45,8 @@ def measure(name: str, tiny: bool, cost_model: str, batch_size=None, run=True) -
     gc.collect()
     torch.manual_seed(0)
     loss_run, run_peak = remat.measure_peak(cap.run, *inputs)
+    first = checkpoint_all_peak(graph.with_workspace([0.0] * graph.size))
+    accumulating = _accumulating_peak(cap, inputs)
     model.zero_grad(set_to_none=True)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     del cap
@@ -46,7 +55,21 @@ def measure(name: str, tiny: bool, cost_model: str, batch_size=None, run=True) -
     loss_eager, eager_peak = remat.measure_peak(eager_step(model, loss_fn), *inputs)
     return dict(row, measured_run=run_peak, measured_eager=eager_peak,
                 ratio=round(predicted / run_peak, 4), eager_ratio=round(eager_peak / run_peak, 4),
-                same_loss=bool(torch.allclose(loss_run, loss_eager)))
+                same_loss=bool(torch.allclose(loss_run, loss_eager)),
+                predicted_first_step=first, first_step_ratio=round(first / run_peak, 4),
+                measured_accumulating=accumulating,
+                accumulating_ratio=round(predicted / accumulating, 4))
+
+
+def _accumulating_peak(cap, inputs) -> int:
+    """Measured peak of a checkpoint-all step run through the runtime while ``p.grad`` holds
+    the previous step's gradients."""
+    solution = remat.solve(cap.graph, checkpoint_all_peak(cap.graph), method="checkpoint-all")
+    step = CompiledStep(cap, solution)
+    assert all(p.grad is not None for p in cap.model.parameters() if p.requires_grad)
+    gc.collect()
+    torch.manual_seed(0)
+    return remat.measure_peak(step, *inputs)[1]
 
 
 def main() -> None:

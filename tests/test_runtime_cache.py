@@ -136,3 +136,19 @@ def test_compile_twice_skips_the_solve_and_explains(tmp_path, counted_solve):
     assert "Random ops recomputed with their saved generator state: native_dropout" in text
     assert text.endswith(second.code.strip("\n")) and "def forward" in text
     assert "run_with_rng_state" in second.code
+
+
+def test_key_depends_on_workspace(tmp_path, counted_solve):
+    """Two graphs differing only in a node's workspace need their own plans; a graph without
+    workspace keeps the key it had before workspaces existed (no "workspace" entry)."""
+    graph = remat.graphs.linear(6, unit=True)
+    busy = graph.with_workspace([0.0] * (graph.size - 1) + [2.0])
+    budget = float(remat.schedule.checkpoint_all_peak(busy))
+    assert plan_cache.plan_key(graph, budget, "milp", "unit", {}) != \
+        plan_cache.plan_key(busy, budget, "milp", "unit", {})
+    assert plan_cache.plan_key(graph, budget, "milp", "unit", {}) == \
+        plan_cache.plan_key(graph.with_workspace([0.0] * graph.size), budget, "milp", "unit", {})
+    cached_solve(graph, budget, "chen-greedy", cache=tmp_path)
+    sol = cached_solve(busy, budget, "chen-greedy", cache=tmp_path)
+    assert len(counted_solve) == 2 and sol.details["plan_cache"] == "miss"
+    assert sol.peak_memory == remat.simulate(busy, sol.R, sol.S).peak_memory

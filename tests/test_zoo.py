@@ -36,8 +36,12 @@ def test_tiny_zoo_model_captures_and_peak_matches(name):
           f"run {measured / 2**20:.2f} MiB ({predicted / measured:.3f}x), eager "
           f"{eager / 2**20:.2f} MiB ({eager / measured:.3f}x of run)", file=sys.stderr)
     assert torch.allclose(loss_run, loss_eager)
-    # the gradient reserve is used only when p.grad exists (it is None in this run)
-    assert abs(predicted - graph.meta["grad_reserve"] - measured) <= 0.10 * measured
+    # p.grad is None in this first step: each fresh gradient becomes p.grad (already static),
+    # so the nodes' gradient workspace goes unused; tiny VGGs peak at the node with the
+    # largest gradient (classifier.0, 784 KiB), so the full prediction is 1.25 x there
+    first_step = checkpoint_all_peak(graph.with_workspace([0.0] * graph.size))
+    assert measured <= predicted * 1.05
+    assert abs(first_step - measured) <= 0.10 * measured
 
 
 def test_load_options_and_errors():

@@ -25,8 +25,8 @@ class Capture:
     laid out node after node: ``node_groups[i]`` are the fx names of remat node i, and
     concatenated they are the joint's ops in order. ``value_nodes[i]``: the fx nodes of group
     i read by other groups or returned; ``graph.mem[i]`` is the bytes of their distinct
-    non-static storages; ``static_mem`` also reserves room for one node's fresh gradients
-    (see ``gradient_storages``). ``random_nodes``: nodes holding a random op (dropout), each
+    non-static storages; ``graph.workspace[i]`` is the bytes of the fresh parameter gradients
+    node i writes, held only while it runs (see ``gradient_storages``). ``random_nodes``: nodes holding a random op (dropout), each
     starting with it. ``storages`` maps each joint value to its storage and bytes (views share their
     base's). The field names are a contract with the runtime; add, never rename.
     """
@@ -171,12 +171,12 @@ def _assemble(model, inputs, joint, groups: list[Group], storages, static, place
              "random": g.random,
              "grad_bytes": storages.bytes_of([n for n in v if storages.storage.get(n) in fresh])}
             for g, v in zip(groups, values)]
-    reserve = max((m["grad_bytes"] for m in meta), default=0)
     graph = RematGraph([g.name for g in groups], [1.0] * len(groups), mem, deps,
                        [g.backward for g in groups],
-                       static_mem=sum(storages.nbytes[s] for s in static) + reserve,
-                       node_meta=meta, meta={"cost_unit": "unit", "mem_unit": "bytes",
-                                             "grad_reserve": reserve})
+                       static_mem=sum(storages.nbytes[s] for s in static), node_meta=meta,
+                       meta={"cost_unit": "unit", "mem_unit": "bytes",
+                             "workspace": "fresh parameter gradients (node grad_bytes)"},
+                       workspace=[m["grad_bytes"] for m in meta])
     return Capture(graph=graph, joint=joint, node_groups=tuple(g.nodes for g in groups),
                    value_nodes=tuple(values), placeholders=placeholders, outputs=outputs,
                    random_nodes=frozenset(i for i, g in enumerate(groups) if g.random),
@@ -200,10 +200,12 @@ def gradient_storages(joint: fx.GraphModule, storages: StorageMap, outputs) -> s
     """Storages of the gradients the step returns, other than its inputs' own storages.
 
     ``static_mem`` holds each gradient once, as ``p.grad``. But when ``p.grad`` already exists
-    (gradient accumulation, ``zero_grad(set_to_none=False)``), the op makes the new gradient in
-    a fresh tensor that lives next to ``p.grad`` until the runtime adds it in, right after the
-    op. So ``static_mem`` also reserves the largest gradient bytes one node makes (node meta
-    ``grad_bytes``, graph meta ``grad_reserve``): a constant, so it changes no schedule.
+    (every step after the first, unless zeroed with ``set_to_none=True``), the op makes the new
+    gradient in a fresh tensor that lives next to ``p.grad`` until the runtime adds it in,
+    right after the op. So each node's fresh gradient bytes (node meta ``grad_bytes``) are its
+    transient ``workspace``: counted in that node's candidate only, never for the whole step.
+    When ``p.grad`` is None the fresh tensor becomes ``p.grad`` and the workspace goes unused,
+    so the first step's prediction is high by at most one node's gradients.
     """
     inputs = {storages.storage[n.name] for n in joint.graph.nodes
               if n.op == "placeholder" and n.name in storages.storage}
@@ -230,7 +232,8 @@ def _with_costs(graph: RematGraph, costs, cost_model) -> RematGraph:
     unit = {"profile": "seconds", "flops": "flops", "unit": "unit"}.get(cost_model, str(cost_model))
     return RematGraph(graph.names, costs, graph.mem, graph.deps, graph.is_backward,
                       static_mem=graph.static_mem, node_meta=graph.node_meta,
-                      meta={**graph.meta, "cost_unit": unit, "cost_model": str(cost_model)})
+                      meta={**graph.meta, "cost_unit": unit, "cost_model": str(cost_model)},
+                      workspace=graph.workspace)
 
 
 def _replace(cap: Capture, **changes) -> Capture:

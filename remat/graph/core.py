@@ -2,7 +2,9 @@
 
 Node i has a cost, a memory (bytes of the output it keeps between nodes), dependencies that
 all come before it, a forward/backward flag and a name. ``static_mem`` is what stays allocated
-for the whole step whatever the schedule (parameters, gradients, buffers, inputs).
+for the whole step whatever the schedule (parameters, gradients, buffers, inputs). A node may
+also have a ``workspace``: transient bytes held only while it runs (DESIGN.md's "transient
+workspace of an op", added to its peak candidate and gone right after it).
 """
 from __future__ import annotations
 
@@ -35,6 +37,10 @@ class RematGraph:
         Optional extra per-node keys kept in the JSON file (op names, module paths, ...).
     meta
         Optional graph-level keys (units, model name, ...).
+    workspace
+        Optional transient bytes per node, held only while the node runs (default all 0):
+        the candidate for computing node k is ``memory in use + mem[k] + workspace[k]``, and
+        none of it stays after k. Saved in the JSON file only when some node has one.
     """
 
     names: tuple[str, ...]
@@ -45,11 +51,16 @@ class RematGraph:
     static_mem: float = 0.0
     node_meta: tuple[dict, ...] = field(default=(), repr=False)
     meta: dict = field(default_factory=dict, repr=False)
+    workspace: np.ndarray = field(default=None, repr=False)
 
     def __init__(self, names: Sequence[str], cost: Iterable[float], mem: Iterable[float],
                  deps: Sequence[Iterable[int]], is_backward: Iterable[bool], static_mem: float = 0,
-                 node_meta: Sequence[dict] | None = None, meta: dict | None = None):
+                 node_meta: Sequence[dict] | None = None, meta: dict | None = None, *,
+                 workspace: Iterable[float] | None = None):
         fields = _validated(names, cost, mem, deps, is_backward, static_mem, node_meta)
+        size = len(fields["names"])
+        fields["workspace"] = _vector("workspace", [0.0] * size if workspace is None else workspace,
+                                      size, fields["names"])
         for key, value in fields.items():
             object.__setattr__(self, key, value)
         object.__setattr__(self, "meta", dict(meta or {}))
@@ -93,6 +104,11 @@ class RematGraph:
         return forward[-1] if forward else None
 
     @cached_property
+    def has_workspace(self) -> bool:
+        """True when some node holds transient workspace while it runs."""
+        return bool(self.workspace.any())
+
+    @cached_property
     def total_cost(self) -> float:
         return float(self.cost.sum())
 
@@ -118,6 +134,12 @@ class RematGraph:
         """
         return _articulation_points(self.forward_nodes, self.deps)
 
+    def with_workspace(self, workspace: Iterable[float]) -> "RematGraph":
+        """This graph with another per-node transient workspace (everything else kept)."""
+        return RematGraph(self.names, self.cost, self.mem, self.deps, self.is_backward,
+                          static_mem=self.static_mem, node_meta=self.node_meta, meta=self.meta,
+                          workspace=workspace)
+
     def describe(self, node: int) -> str:
         """``node 3 'conv2'`` for error messages."""
         return f"node {node} {self.names[node]!r}"
@@ -130,6 +152,8 @@ class RematGraph:
             node = dict(self.node_meta[i]) if self.node_meta else {}
             node.update(name=self.names[i], cost=_number(self.cost[i]), mem=_number(self.mem[i]),
                         deps=list(self.deps[i]), backward=bool(self.is_backward[i]))
+            if self.has_workspace:
+                node["workspace"] = _number(self.workspace[i])
             nodes.append(node)
         doc = {"format": GRAPH_FORMAT, "static_mem": _number(self.static_mem),
                "meta": self.meta, "nodes": nodes}
@@ -150,11 +174,13 @@ class RematGraph:
             if missing:
                 raise InvalidGraphError(f"graph JSON: node {i} lacks {', '.join(missing)}; each node "
                                         f"needs {', '.join(_NODE_KEYS)}")
-        extra = [{k: v for k, v in n.items() if k not in _NODE_KEYS} for n in nodes]
+        own = _NODE_KEYS + ("workspace",)
+        extra = [{k: v for k, v in n.items() if k not in own} for n in nodes]
         return cls([n["name"] for n in nodes], [n["cost"] for n in nodes],
                    [n["mem"] for n in nodes], [n["deps"] for n in nodes],
                    [n["backward"] for n in nodes], static_mem=doc.get("static_mem", 0),
-                   node_meta=extra, meta=doc.get("meta") or {})
+                   node_meta=extra, meta=doc.get("meta") or {},
+                   workspace=[n.get("workspace", 0) for n in nodes])
 
 
 # ----- validation ----------------------------------------------------------------------------

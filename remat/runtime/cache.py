@@ -46,6 +46,8 @@ def plan_key(graph: RematGraph, budget_bytes: float, method: str, cost_model: st
                        if k not in _UNHASHED_OPTIONS}}
     if cost_model != "profile":
         doc["cost"] = graph.cost.tolist()
+    if graph.has_workspace:  # absent otherwise, so keys of graphs without workspace stay
+        doc["workspace"] = graph.workspace.tolist()
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 

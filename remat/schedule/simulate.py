@@ -16,7 +16,8 @@ from remat.graph.core import RematGraph
 
 class Event(NamedTuple):
     """One step of the timeline: ``memory`` is the bytes in use right after it (for a
-    compute: with the new output allocated and its inputs still alive, a peak candidate)."""
+    compute: with the new output allocated, its inputs still alive and the node's transient
+    workspace held, a peak candidate; the workspace is gone by the next event)."""
 
     stage: int
     action: str  # "compute" | "free"
@@ -118,6 +119,7 @@ class _Replay:
     def __init__(self, graph: RematGraph):
         self.graph = graph
         self.mem = graph.mem
+        self.workspace = graph.workspace
         self.alive = np.zeros(graph.size, dtype=bool)
         self.used = float(graph.static_mem)
         self.peak = float(graph.static_mem)
@@ -158,12 +160,13 @@ class _Replay:
         return reads
 
     def _compute(self, t: int, k: int) -> None:
-        candidate = self.used + self.mem[k]
+        allocated = self.used + self.mem[k]
+        candidate = allocated + self.workspace[k]  # the workspace lives only while k runs
         if candidate > self.peak or self.peak_node < 0:
             self.peak, self.peak_stage, self.peak_node = max(candidate, self.peak), t, k
         self.events.append(Event(t, "compute", k, candidate))
         # a recomputed copy replaces a still-resident one
-        self.used = candidate - (self.mem[k] if self.alive[k] else 0.0)
+        self.used = allocated - (self.mem[k] if self.alive[k] else 0.0)
         self.alive[k] = True
 
     def _free(self, t: int, v: int) -> None:

@@ -2,7 +2,8 @@
 
 The retention bound. Look at one moment of every schedule: stage t computing node t (the
 last computation of stage t, DESIGN.md). At that moment node t's output and all its inputs
-are alive, so memory is at least ``static + m_t + sum m_deps(t)`` plus every other value that
+are alive (and t's workspace held), so memory is at least ``static + m_t + w_t + sum m_deps(t)``
+plus every other value that
 happens to be alive. Now take a value v that some later node reads (v < t < last(v), its last
 reader) and that is not an input of t. If v is *not* alive at that moment, its last reader,
 which runs in stage last(v) > t, needs a fresh copy computed after the moment: v is computed
@@ -61,8 +62,9 @@ def bound_time(time_limit: float | None) -> float:
 
 
 def peak_lower_bound(graph: RematGraph) -> float:
-    """No schedule peaks below this: computing node k needs its inputs alive and its output
-    allocated, so ``static_mem + m_k + sum of its inputs' m`` is a candidate of every schedule."""
+    """No schedule peaks below this: computing node k needs its inputs alive, its output
+    allocated and its workspace held, so ``static_mem + m_k + w_k + sum of its inputs' m`` is
+    a candidate of every schedule."""
     return graph.static_mem + float(operands(graph).max())
 
 
@@ -137,10 +139,11 @@ def _safe(graph: RematGraph, value: float) -> float:
 
 
 def operands(graph: RematGraph) -> np.ndarray:
-    """Per node, the bytes alive whenever it is computed: its output and its inputs."""
+    """Per node, the bytes alive whenever it is computed: its output, its inputs and its
+    transient workspace."""
     mem = graph.mem
-    return np.array([mem[t] + sum(mem[d] for d in graph.deps[t]) for t in range(graph.size)],
-                    dtype=float)
+    return np.array([mem[t] + graph.workspace[t] + sum(mem[d] for d in graph.deps[t])
+                     for t in range(graph.size)], dtype=float)
 
 
 def _choices(graph: RematGraph, weights: np.ndarray) -> tuple[list[int], list[list[int]]]:

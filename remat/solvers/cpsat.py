@@ -4,10 +4,11 @@ OR-Tools CP-SAT instead of HiGHS.
 Why it is the same problem: every column of the TIGHT model is integral at any feasible point
 with integral R and S (FREE by the exact AND rows, U as a sum of whole sizes), so declaring R,
 S and FREE Boolean and U an integer number of memory units changes no feasible schedule.
-Memory rows are rescaled from the model's units to whole units of ``gcd(sizes)`` bytes (graphs
-with fractional byte sizes are refused). Costs are scaled to integers and rounded *down*, so
-CP-SAT's proven bound, divided back, is a lower bound on the true cost of every schedule; the
-returned schedule is priced by the simulator at its true cost, and the gap reported is true.
+Memory rows are rescaled from the model's units to whole units of ``gcd(sizes)`` bytes, node
+sizes and workspaces alike (graphs with fractional byte sizes are refused). Costs are scaled
+to integers and rounded *down*, so CP-SAT's proven bound, divided back, is a lower bound on
+the true cost of every schedule; the returned schedule is priced by the simulator at its true
+cost, and the gap reported is true.
 """
 from __future__ import annotations
 
@@ -42,10 +43,11 @@ def _ortools():
 
 
 def memory_unit(graph: RematGraph) -> int:
-    """Bytes per CP-SAT memory unit: the gcd of the (whole-byte) sizes."""
-    sizes = graph.mem
+    """Bytes per CP-SAT memory unit: the gcd of the (whole-byte) sizes and workspaces."""
+    sizes = np.concatenate([graph.mem, graph.workspace])
     if not np.all(sizes == np.round(sizes)):
-        raise CpSatModelError("cpsat needs whole-byte node sizes (mem); round them or use milp")
+        raise CpSatModelError("cpsat needs whole-byte node sizes (mem, workspace); round them "
+                              "or use milp")
     unit = 0
     for size in sizes.astype(np.int64):
         unit = math.gcd(unit, int(size))

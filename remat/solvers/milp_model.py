@@ -9,7 +9,8 @@ Variables (one stage per node, as in Checkmate):
   with k < j <= t.
 - ``U[t, k]`` (k <= t): memory (above ``static_mem``) when stage t computes k: the candidate
   peak of DESIGN.md's memory rule, ``sum_i S[t,i] m_i + sum_{j<=k} R[t,j] m_j - frees before
-  k``; bounded by the budget.
+  k``, less node k's transient workspace ``w_k``; ``U[t,k] + w_k R[t,k]`` is bounded by the
+  budget (the U column itself too, which matters only for ``w_k = 0``).
 
 Objective: ``sum_t sum_i c_i R[t, i]``.
 
@@ -26,9 +27,13 @@ stage unless kept), given two restrictions that every optimal schedule can meet:
   MILP does not model; clearing the S entry (and then, backwards, any S entry that only fed it)
   leaves a valid schedule with the same cost and no more memory, so this is sound as well.
 
-For a ``U[t, k]`` with ``R[t, k] = 0`` the row holds the memory after the previous frees,
-which never exceeds an earlier candidate of the stage (every stage computes node t), so
-bounding every ``U`` is the same as bounding every candidate.
+For a ``U[t, k]`` with ``R[t, k] = 0`` the row holds the memory after the previous frees
+(no workspace: the term ``w_k R[t,k]`` vanishes), which never exceeds an earlier candidate of
+the stage: the previous computation's candidate is that memory plus its frees plus its own
+workspace, all >= 0; before the first computation of a stage, the resident values are all
+still alive at it (keep-only-if-read: nothing is freed at the stage start), and every stage
+computes node t. So bounding every ``U + w R`` is the same as bounding every candidate, and
+``U + w R`` is exactly the simulator's candidate, workspace included.
 
 Formulations (``Formulation``), all exact: see the field docstrings for why each is sound.
 """
@@ -97,8 +102,10 @@ class MilpModel:
         self.graph = graph
         self.formulation = formulation
         self.size = size = graph.size
-        self.mem_unit = _memory_unit(graph.mem)
+        self.mem_unit = _memory_unit(np.concatenate([graph.mem, graph.workspace]))
         self.mem = graph.mem / self.mem_unit
+        self.workspace = graph.workspace / self.mem_unit
+        self.limit = np.inf
         self.cost_unit = float(graph.cost.max()) if graph.cost.max() > 0 else 1.0
         self._cols_lower: list[float] = []
         self._cols_upper: list[float] = []
@@ -139,7 +146,7 @@ class MilpModel:
                     never = form.free_fixing and t in self.later_users(i, k, t)
                     self.free[t, i, k] = self._new(0.0, 0.0 if never else 1.0, 0.0,
                                                    form.free_binary)
-        limit = np.inf if budget is None else self.scaled_budget(budget)
+        self.limit = limit = np.inf if budget is None else self.scaled_budget(budget)
         for t in range(size):
             for k in range(t + 1):
                 self.U[t, k] = self._new(0.0, limit, 0.0, False)
@@ -155,7 +162,8 @@ class MilpModel:
         return room / self.mem_unit
 
     def integral_bytes(self) -> bool:
-        return bool(np.all(self.graph.mem == np.round(self.graph.mem)))
+        sizes = np.concatenate([self.graph.mem, self.graph.workspace])
+        return bool(np.all(sizes == np.round(sizes)))
 
     def later_users(self, i: int, k: int, t: int) -> list[int]:
         """Users j of value i with k < j <= t: the reads in stage t that come after k."""
@@ -170,6 +178,7 @@ class MilpModel:
         self._keep_rows()
         self._dominance_rows()
         self._memory_rows()
+        self._workspace_rows()
         if self.formulation.free_encoding == "bigm":
             self._free_rows_bigm()
         else:
@@ -179,6 +188,18 @@ class MilpModel:
         if self.peak_col is not None:
             for col in self.U[self.U >= 0]:
                 self._row([int(col), self.peak_col], [1.0, -1.0], -np.inf, 0.0)
+
+    def _workspace_rows(self) -> None:
+        """The candidate of computing k, ``U[t,k] + w_k R[t,k]``, within the budget (or below
+        the peak variable); only nodes with workspace need the row, the U bound covers the rest."""
+        for k in np.flatnonzero(self.workspace > 0):
+            k = int(k)
+            for t in range(k, self.size):
+                cols, vals = [self.U[t, k], self.R[t, k]], [1.0, float(self.workspace[k])]
+                if self.peak_col is not None:
+                    self._row(cols + [self.peak_col], vals + [-1.0], -np.inf, 0.0)
+                elif np.isfinite(self.limit):
+                    self._row(cols, vals, -np.inf, self.limit)
 
     def _dependency_rows(self) -> None:
         """A node computed in stage t finds each input resident or computed before it."""
@@ -304,8 +325,14 @@ class MilpModel:
                 x[self.U[t, k]] = used
                 used -= sum(self.mem[i] * x[self.free[t, i, k]] for i in self.graph.deps[k] + (k,))
         if self.peak_col is not None:
-            x[self.peak_col] = x[self.U[self.U >= 0]].max()
+            x[self.peak_col] = self._candidates(x).max()
         return x
+
+    def _candidates(self, x: np.ndarray) -> np.ndarray:
+        """Every ``U[t,k] + w_k R[t,k]`` of a solution vector, in model units."""
+        cols = self.U >= 0
+        nodes = np.broadcast_to(np.arange(self.size), (self.size, self.size))[cols]
+        return x[self.U[cols]] + self.workspace[nodes] * x[self.R[cols]]
 
     def schedule(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """R and S of a solution vector (0/1 by rounding at 1/2)."""
@@ -317,7 +344,7 @@ class MilpModel:
 
     def peak_of(self, x: np.ndarray) -> float:
         """The MILP's peak memory in bytes (static included) for a solution vector."""
-        return self.graph.static_mem + float(x[self.U[self.U >= 0]].max()) * self.mem_unit
+        return self.graph.static_mem + float(self._candidates(x).max()) * self.mem_unit
 
     def violation(self, x: np.ndarray) -> float:
         """Largest row or bound violation of ``x`` (0 when it satisfies the model)."""
