@@ -2,9 +2,8 @@
 
 The retention bound. Look at one moment of every schedule: stage t computing node t (the
 last computation of stage t, DESIGN.md). At that moment node t's output and all its inputs
-are alive (and t's workspace held), so memory is at least ``static + m_t + w_t + sum m_deps(t)``
-plus every other value that
-happens to be alive. Now take a value v that some later node reads (v < t < last(v), its last
+are alive and its workspace is held, so memory is at least ``static + m_t + w_t +
+sum m_deps(t)`` plus every other value that happens to be alive. Now take a value v that some later node reads (v < t < last(v), its last
 reader) and that is not an input of t. If v is *not* alive at that moment, its last reader,
 which runs in stage last(v) > t, needs a fresh copy computed after the moment: v is computed
 at least twice. So every schedule within the budget defines a set K of values "alive at every
