@@ -3,13 +3,13 @@
 The retention bound. Look at one moment of every schedule: stage t computing node t (the
 last computation of stage t, DESIGN.md). At that moment node t's output and all its inputs
 are alive and its workspace is held, so memory is at least ``static + m_t + w_t +
-sum m_deps(t)`` plus every other value that happens to be alive. Now take a value v that some later node reads (v < t < last(v), its last
-reader) and that is not an input of t. If v is *not* alive at that moment, its last reader,
-which runs in stage last(v) > t, needs a fresh copy computed after the moment: v is computed
-at least twice. So every schedule within the budget defines a set K of values "alive at every
-moment they span" such that
+sum m_deps(t)`` plus every other value that happens to be alive. Now take a value v that
+some later node reads (v < t < last(v), its last reader) and that is not an input of t. If v
+is *not* alive at that moment, its last reader, which runs in stage last(v) > t, needs a fresh
+copy computed after the moment: v is computed at least twice. So every schedule within the
+budget defines a set K of values "alive at every moment they span" such that
 
-    for every t:  sum_{v in K spanning t} m_v  <=  budget - static - m_t - sum m_deps(t),
+    for every t:  sum_{v in K spanning t} m_v  <=  budget - static - m_t - w_t - sum m_deps(t),
 
 and pays at least ``total_cost + sum_{v not in K} c_v``. The least such price over all K is
 therefore a lower bound on every schedule's cost: a 0/1 knapsack with one row per stage and
