@@ -18,7 +18,9 @@ or bounds in seconds where the full MILP's LP relaxation does not finish. Any pr
 bound of this small MILP is still a valid bound, so a time limit never makes it wrong.
 
 What it ignores, and so where it is weak: recomputing v needs v's inputs alive at that time,
-which may force further recomputation (chains at tight budgets pay p(n, s) > n - s). It is
+which may force further recomputation (chains at tight budgets pay p(n, s) > n - s). The
+rebuild rows (``_with_rebuilds``) add the one case that stays O(T): an input whose last read
+comes before v is first dropped must be kept longer or recomputed as well. It is
 tight when the optimum recomputes each dropped value once from values that are alive anyway
 (cheap activations next to checkpoints), which is the common case at moderate budgets.
 """
