@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python bench/bench_bounds.py [--graphs zoo,random] [--budgets 40%,60%,80%]
         [--time-limit 60] [--plain-max-nodes 130] [-o bench/results/bounds]
+    PYTHONPATH=. python bench/bench_bounds.py --graphs chains [-o bench/results/bounds_chains]
 
 Graphs: the tiny zoo captured at module and op granularity with FLOP costs (bench/graphs/,
 made by ``remat capture NAME --tiny --cost-model flops --granularity G -o ...``) and
@@ -14,6 +15,10 @@ budget it runs:
 - ``retention``: the heuristic built on the bound's knapsack;
 - ``best-classic``: the cheapest of the classic baselines (checkpoint-all, Chen, AP, griewank);
 - ``auto``: what ``remat.solve`` does by default, with the same time limit.
+
+``--graphs chains``: for ``linear(n)``, n = 8..128, unit and heterogeneous, at fractions 0, 0.1,
+0.3, 0.6 of the way from chain-dp's smallest budget to the full peak: chain-dp's cost against
+the retention bound (equal: chain-dp's schedule is optimal over all schedules).
 
 Each row: cost and bound as multiples of the graph's total cost (1.0 = no recomputation), the
 certified gap (cost / bound - 1) and the wall time. Timings are wall clock on a shared 2-core
@@ -68,6 +73,25 @@ def measured(label, run):
     began = time.perf_counter()
     sol = run()
     return label, sol, time.perf_counter() - began
+
+
+def chain_rows(limit):
+    """chain-dp against the retention bound on linear chains."""
+    from remat.schedule.budget import checkpoint_all_peak
+
+    for n in (8, 16, 32, 64, 128):
+        for unit in (True, False):
+            graph = remat.graphs.linear(n, unit=unit)
+            least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+            for fraction in (0.0, 0.1, 0.3, 0.6):
+                budget = least + fraction * (checkpoint_all_peak(graph) - least)
+                _, sol, wall = measured("chain-dp", lambda: solver("chain-dp")(
+                    graph, budget, SolveOptions(time_limit=limit)))
+                yield dict(graph=f"linear{n}{'-unit' if unit else ''}", T=graph.size,
+                           budget=f"f={fraction}", method="chain-dp", status=sol.status,
+                           cost=_rel(sol.compute_cost, graph.total_cost),
+                           bound=_rel(sol.lower_bound, graph.total_cost),
+                           gap=sol.compute_cost / sol.lower_bound - 1, seconds=round(wall, 3))
 
 
 def rows_for(name, graph, percent, limit, plain_max):
@@ -141,6 +165,11 @@ def main(argv=None) -> None:
         selected = [item for item in selected if item[0] in keep]
     rows: list[dict] = []
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+    if "chains" in args.graphs.split(","):
+        for row in chain_rows(args.time_limit):
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        write(rows, args)
     for name, graph in selected:
         for percent in args.budgets.split(","):
             for row in rows_for(name, graph, percent, args.time_limit, args.plain_max_nodes):

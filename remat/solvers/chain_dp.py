@@ -32,10 +32,10 @@ the input (``bench/verify_chain_dp.py --show 5 100``). In recursion terms the pa
 checkpoint a_j may end at a stage b_m, m > j + 1, dropping a_j, the rest being segment
 s..m-1 from the lower base; this DP only has m = j + 1 (bench/results/fast_notes.md). So the
 method reports the retention bound (``remat.solvers.bounds``) as its ``lower_bound``, status
-"optimal" only where the DP's cost meets it (on ``linear(n)``, n = 8..64, it does at 30% and
-60% of the way from the smallest budget to the full peak, and at 10% on the heterogeneous
-chains of 16 layers and more; not at the smallest budget), "feasible" otherwise, and flags
-``details["optimal_in_class"]``.
+"optimal" only where the DP's cost meets it (on ``linear(n)``, n = 16..128, unit and
+heterogeneous, it does at 30% and 60% of the way from the smallest budget to the full peak:
+``bench/results/bounds_chains.csv``; not at the smallest budget), "feasible" otherwise, and
+flags ``details["optimal_in_class"]``.
 
 Costs and sizes are exact (no memory discretization). Speed comes from three exact devices
 (``_ChainDP``): each state's answer is kept as budget intervals found by bisection (the least
