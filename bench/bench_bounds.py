@@ -38,9 +38,8 @@ from pathlib import Path
 
 import remat
 from remat.solvers import SolveOptions, solver
-from remat.solvers.base import applicable
 from remat.solvers.bounds import retention_bound
-from remat.solvers.milp import solve_with
+from remat.solvers.milp import best_baseline, solve_with
 from remat.solvers.milp_model import TIGHT
 
 GRAPH_DIR = Path(__file__).parent / "graphs"
@@ -57,15 +56,6 @@ def graphs(kinds: list[str]):
     if "random" in kinds:
         found += [(f"random_dag{n}", remat.graphs.random_dag(n, seed=0)) for n in RANDOM_SIZES]
     return sorted(found, key=lambda item: item[1].size)
-
-
-def best_classic(graph, budget):
-    best = None
-    for name in applicable(graph, CLASSIC):
-        sol = solver(name)(graph, budget, SolveOptions())
-        if sol.feasible and (best is None or sol.compute_cost < best.compute_cost):
-            best = sol
-    return best
 
 
 def measured(label, run):
@@ -109,7 +99,7 @@ def rows_for(name, graph, percent, limit, plain_max):
             retention=False)))
     runs.append(measured("retention", lambda: solver("retention")(
         graph, budget, SolveOptions(time_limit=limit))))
-    runs.append(measured("best-classic", lambda: best_classic(graph, budget)))
+    runs.append(measured("best-classic", lambda: best_baseline(graph, budget, CLASSIC)))
     runs.append(measured("auto", lambda: solver("auto")(
         graph, budget, SolveOptions(time_limit=limit))))
     for label, sol, wall in runs:

@@ -16,6 +16,7 @@ from remat.solvers.milp_model import PLAIN, TIGHT, Formulation, MilpModel
 from remat.solvers.min_budget import min_budget, peak_lower_bound
 
 import exhaustive
+from test_workspace import with_random_workspace
 
 # the shared table's graphs (tests/cases.py) small enough for a proof in seconds here
 GRAPHS = {
@@ -107,11 +108,15 @@ def _random_schedule(graph, rng):
     return cheapest_r(graph, S), S
 
 
+@pytest.mark.parametrize("workspace_seed", [None, 1])
 @pytest.mark.parametrize("name", ["chain4-unit", "unet3", "dag10-s1"])
-def test_model_memory_equals_simulator(name):
+def test_model_memory_equals_simulator(name, workspace_seed):
     """On schedules meeting the two dominance rows, the model's U is the simulator's peak, the
-    vector satisfies every row, and a budget just below the peak cuts it off."""
+    vector satisfies every row, and a budget just below the peak cuts it off; also with random
+    per-node workspace (tests/test_workspace.py's graphs)."""
     graph = GRAPHS[name]()
+    if workspace_seed is not None:
+        graph = with_random_workspace(graph, workspace_seed)
     rng = np.random.default_rng(0)
     model = MilpModel(graph, None, TIGHT)
     for _ in range(20):

@@ -10,12 +10,11 @@ import pytest
 
 import remat
 from remat import InvalidGraphError, RematGraph, simulate
-from remat.schedule import cheapest_r, checkpoint_all, tighten
+from remat.schedule import cheapest_r, checkpoint_all
 from remat.schedule.budget import checkpoint_all_peak
 from remat.solvers import SolveOptions, solver
 from remat.solvers.bounds import retention_bound
 from remat.solvers.min_budget import min_budget, peak_lower_bound
-from remat.solvers.milp_model import TIGHT, MilpModel
 
 import exhaustive
 from test_fast_solvers import random_chain
@@ -112,25 +111,6 @@ def test_large_workspace_moves_the_peak():
 
 
 # ----- the milp model and min_budget -------------------------------------------------------
-@pytest.mark.parametrize("name,seed", [("chain4-unit", 1), ("unet3", 2), ("dag10-s1", 3)])
-def test_model_memory_equals_simulator_with_workspace(name, seed):
-    """Random (tightened) schedules: the model's candidates are the simulator's peak, the
-    vector satisfies every row at that budget, and one byte less cuts it off."""
-    graph = with_random_workspace(_graph(name), seed)
-    rng = np.random.default_rng(seed)
-    model = MilpModel(graph, None, TIGHT)
-    for _ in range(15):
-        R, S = tighten(graph, np.tril(rng.random((graph.size, graph.size)) < 0.3, -1))
-        peak = simulate(graph, R, S).peak_memory
-        x = model.vector(R, S)
-        assert model.peak_of(x) == pytest.approx(peak, rel=1e-12)
-        assert model.violation(x) <= 1e-9
-        fits = MilpModel(graph, peak, TIGHT)
-        assert fits.violation(fits.vector(R, S)) <= 1e-9
-        tight = MilpModel(graph, peak - 1, TIGHT)
-        assert tight.violation(tight.vector(R, S)) > 1e-6
-
-
 def _graph(name):
     return {"chain4-unit": lambda: remat.graphs.linear(4, unit=True),
             "unet3": lambda: remat.graphs.unet(3),

@@ -75,10 +75,11 @@ def _progress(options: SolveOptions, model: MilpModel):
     return report
 
 
-def best_baseline(graph: RematGraph, budget: float) -> Solution | None:
-    """The cheapest baseline schedule within ``budget`` (None if none fits)."""
+def best_baseline(graph: RematGraph, budget: float, names=BASELINES) -> Solution | None:
+    """The cheapest schedule within ``budget`` of the methods ``names`` (the baselines by
+    default) that handle this graph; None if none fits."""
     best = None
-    for name in applicable(graph, BASELINES):
+    for name in applicable(graph, names):
         result = solver(name)(graph, budget, SolveOptions())
         if result.feasible and (best is None or result.compute_cost < best.compute_cost):
             best = result
