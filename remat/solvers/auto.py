@@ -22,8 +22,11 @@ from remat.solvers.bounds import PROVEN_RTOL, bound_time, retention_bound
 
 MILP_MAX_NODES = 80
 """milp proves optimality within seconds to a minute up to about this size (bench_milp.py)."""
-LP_MAX_NODES = 400
-"""The LP relaxation stays within seconds up to about this size."""
+LP_MAX_NODES = 150
+"""Above this the LP relaxation did not finish in 30 s: ``solver("lp-rounding")`` on
+bench/graphs/resnet50-module.json (T = 266) at 60% returned lp_status "timeout" after 36 s,
+and in bench/results/bounds.csv auto never chose lp-rounding above T = 129; at T = 88 its
+rounding won."""
 DEFAULT_TIME_LIMIT = 30.0
 CHAIN_DP_MAX_LAYERS = 100
 """chain-dp takes < 0.2 s up to 64 heterogeneous layers, ~3 s at 128 (bench/results/fast_notes.md)."""
