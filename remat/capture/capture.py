@@ -190,9 +190,9 @@ def _node_meta(group: Group, values, nodes, storages: StorageMap, static, fresh)
     are summed only where they overlap (at and after the op making the gradient, until its
     last read), so the workspace lies between the larger part and their sum."""
     ops = [_op_name(nodes[n]) for n in group.nodes if _op_name(nodes[n]) != "getitem"]
-    outputs = {storages.storage[n] for n in values if n in storages.storage}
+    outputs = {storages.storage[n] for n in values if n in storages.storage} - set(static)
     internal, both = internal_peaks([nodes[n] for n in group.nodes], storages,
-                                    outputs | set(static), fresh)
+                                    outputs | set(static), fresh, outputs)
     grad = storages.bytes_of([n for n in values if storages.storage.get(n) in fresh])
     return {"module": group.module, "ops": ops, "random": group.random, "grad_bytes": grad,
             "internal_bytes": internal, "workspace_bytes": max(both, grad)}

@@ -7,10 +7,11 @@ fx frees each value right after its last use. Replaying that order over the stor
 gives, per op, the bytes of such temporaries alive while it runs; their maximum over the
 node is held only while the node runs, so it belongs in the node's transient workspace.
 
-Counted per op: every storage the node creates that is neither one of its outputs (already
-in ``mem``, for the whole run of the node: the output of an op is never counted twice) nor
-static (parameters, buffers, the loss: in ``static_mem``), alive from the op that makes it
-to its last read inside the node. A tuple op's items live at least as long as the tuple,
+Counted per op: every storage the node creates that is not static (parameters, buffers, the
+loss: in ``static_mem``), alive from the op that makes it to its last read inside the node;
+an output of the node (in ``mem``) from the op that makes it to the node's end. The node's
+workspace is that peak less ``mem``, which the simulator already holds for the whole node:
+an output is never counted twice, and an early temporary may use the room of a later output. A tuple op's items live at least as long as the tuple,
 which fx frees after its last ``getitem``; items no ``getitem`` reads count while the tuple
 lives. Scratch memory inside a single aten kernel is not visible here and not counted.
 """
@@ -25,27 +26,33 @@ from remat.capture.storage import StorageMap, tensor_storage_bytes
 
 
 def internal_peaks(nodes: list[fx.Node], storages: StorageMap, skip: set[str],
-                   fresh: set[str]) -> tuple[int, int]:
+                   fresh: set[str], outputs: set[str] = frozenset()) -> tuple[int, int]:
     """``(internal, with_gradients)`` for one remat node.
 
     ``nodes``: the node's fx nodes in joint order. ``skip``: storages counted elsewhere (the
     node's outputs and every static storage but the fresh gradients). ``fresh``: storages of
-    fresh parameter gradients. ``internal`` is the peak of the temporaries alone (a first
-    step, where each fresh gradient becomes ``p.grad``); ``with_gradients`` the peak of
-    temporaries plus the fresh gradients alive at the same op (every later step, where a
-    fresh gradient sits beside ``p.grad`` from its op until it is added in).
+    fresh parameter gradients. ``outputs``: the node's output storages (its ``mem``, which
+    the simulator counts from the node's start): an op running before an output exists
+    has that output's bytes to spare, so the result is the peak over the ops of temporaries
+    plus outputs made so far, less all outputs (never below 0). ``internal`` counts the
+    temporaries alone (a first step, where each fresh gradient becomes ``p.grad``);
+    ``with_gradients`` adds the fresh gradients alive at the same op (every later step,
+    where a fresh gradient sits beside ``p.grad`` from its op until it is added in).
     """
     intervals = _intervals(nodes, storages)
     alone = [0] * len(nodes)
     both = [0] * len(nodes)
     for key, (start, end, nbytes) in intervals.items():
-        if key in skip and key not in fresh:
+        if key in outputs:
+            end = len(nodes) - 1  # an output stays for the rest of the node
+        elif key in skip and key not in fresh:
             continue
         for i in range(start, end + 1):
             both[i] += nbytes
             if key not in fresh:
                 alone[i] += nbytes
-    return max(alone, default=0), max(both, default=0)
+    made = sum(intervals[key][2] for key in outputs if key in intervals)
+    return (max(max(alone, default=0) - made, 0), max(max(both, default=0) - made, 0))
 
 
 def _intervals(nodes: list[fx.Node], storages: StorageMap) -> dict[str, tuple[int, int, int]]:
