@@ -29,8 +29,9 @@ class Capture:
     non-static storages; ``graph.workspace[i]`` is the bytes node i holds only while it runs:
     its internal temporaries and the fresh parameter gradients it writes, at their joint peak
     (see ``_node_meta``, ``gradient_storages``, ``remat.capture.internal``). ``random_nodes``:
-    nodes holding a random op (dropout), each starting with it. ``storages`` maps each joint value to its storage and bytes (views share their
-    base's). The field names are a contract with the runtime; add, never rename.
+    nodes holding a random op (dropout), each starting with it. ``storages`` maps each joint
+    value to its storage and bytes (views share their base's). The field names are a contract
+    with the runtime; add, never rename.
     """
 
     graph: RematGraph

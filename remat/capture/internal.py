@@ -11,9 +11,9 @@ Counted per op: every storage the node creates that is not static (parameters, b
 loss: in ``static_mem``), alive from the op that makes it to its last read inside the node;
 an output of the node (in ``mem``) from the op that makes it to the node's end. The node's
 workspace is that peak less ``mem``, which the simulator already holds for the whole node:
-an output is never counted twice, and an early temporary may use the room of a later output. A tuple op's items live at least as long as the tuple,
-which fx frees after its last ``getitem``; items no ``getitem`` reads count while the tuple
-lives. Scratch memory inside a single aten kernel is not visible here and not counted.
+an output is never counted twice, and an early temporary may use the room of a later output.
+A tuple op's items live at least as long as the tuple, which fx frees after its last
+``getitem``; items no ``getitem`` reads count while the tuple lives. Scratch memory inside a single aten kernel is not visible here and not counted.
 """
 from __future__ import annotations
 
