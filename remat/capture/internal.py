@@ -13,7 +13,8 @@ an output of the node (in ``mem``) from the op that makes it to the node's end. 
 workspace is that peak less ``mem``, which the simulator already holds for the whole node:
 an output is never counted twice, and an early temporary may use the room of a later output.
 A tuple op's items live at least as long as the tuple, which fx frees after its last
-``getitem``; items no ``getitem`` reads count while the tuple lives. Scratch memory inside a single aten kernel is not visible here and not counted.
+``getitem``; items no ``getitem`` reads count while the tuple lives. Scratch memory inside
+a single aten kernel is not visible here and not counted.
 """
 from __future__ import annotations
 
