@@ -7,8 +7,9 @@ from the graph, the measured peak of ``Capture.run`` (the captured step, nothing
 recomputed) and of the plain eager step. Writes bench/results/capture_zoo[_full].json.
 
 The first step runs with ``p.grad`` None: each fresh gradient becomes ``p.grad`` (already in
-``static_mem``), so the nodes' gradient workspace goes unused; ``predicted_first_step`` is the
-prediction without it. The next step (checkpoint-all through the runtime, ``p.grad`` now set)
+``static_mem``), so the gradient part of the nodes' workspace goes unused;
+``predicted_first_step`` is the prediction with only the internal temporaries as workspace
+(node meta ``internal_bytes``). The next step (checkpoint-all through the runtime, ``p.grad`` now set)
 makes each gradient next to ``p.grad``: ``measured_accumulating`` is compared with
 ``predicted``, which counts that workspace on its node.
 """
@@ -45,7 +46,8 @@ def measure(name: str, tiny: bool, cost_model: str, batch_size=None, run=True) -
     gc.collect()
     torch.manual_seed(0)
     loss_run, run_peak = remat.measure_peak(cap.run, *inputs)
-    first = checkpoint_all_peak(graph.with_workspace([0.0] * graph.size))
+    first = checkpoint_all_peak(graph.with_workspace(
+        [float(m.get("internal_bytes", 0)) for m in graph.node_meta]))
     accumulating = _accumulating_peak(cap, inputs)
     model.zero_grad(set_to_none=True)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})

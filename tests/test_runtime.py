@@ -29,11 +29,18 @@ MILP_MODELS = ("deep_mlp", "small_cnn", "two_heads")
 MILP_OPTIONS = dict(time_limit=2.0)
 
 
+# models with a node whose workspace puts a floor above 70% under every schedule's peak
+HIGH_FLOOR_MODELS = MILP_MODELS + ("unet",)
+
+
 def budgets_for(name: str) -> tuple[str, ...]:
     """The hand-written models' parameter gradients are large next to their activations, and
     a backward node's gradient workspace is a floor under every schedule's peak (two_heads:
-    74% of the range from static memory to the plain step), so they get an 85% budget too."""
-    return ("100%", "85%") + BUDGETS[1:] if name in MILP_MODELS else BUDGETS
+    74% of the range from static memory to the plain step). unet's backward pool nodes
+    (max-pool backward, then the skip connection's gradient add) hold their inputs, the pool
+    gradient (an internal temporary, in their workspace) and the sum at once: its
+    ``peak_lower_bound`` is 75% of the range. They get an 85% budget too."""
+    return ("100%", "85%") + BUDGETS[1:] if name in HIGH_FLOOR_MODELS else BUDGETS
 
 
 def methods_for(name: str) -> list[tuple[str, dict]]:
@@ -176,14 +183,12 @@ def expected_op_counts(cap, R) -> Counter:
 # schedules are held to the captured step at default tolerances, and to eager at these.
 EAGER_TOLERANCE = {"fcn_resnet50": dict(rtol=1e-4, atol=1e-6)}
 
-# Not modelled: a fused remat node's internal intermediates (resnet50's
+# A fused remat node's internal temporaries (resnet50's
 # "layer1.0.bn3+layer1.0.downsample.1+layer1.0+layer1.0.relu" holds both BatchNorm outputs and
-# their sum at once). It measured 1.06 x predicted before the gradient reserve entered
-# static_mem, was within 1.05 only because of that reserve, and with the reserve replaced by
-# each node's own gradient workspace it measures 1.060 x again (chen-sqrtn 50%). Modelling
-# it (the group's internal temporaries as part of its workspace) is left open; until then
-# resnet50 gets this documented tolerance, every other model DESIGN.md's 1.05.
-PEAK_TOLERANCE = {"resnet50": 1.07}
+# their sum at once) are part of its workspace since capture counts them (node meta
+# ``internal_bytes``); before that resnet50 measured 1.060 x predicted and needed 1.07 here.
+# Every model is now held to DESIGN.md's 1.05.
+PEAK_TOLERANCE: dict[str, float] = {}
 
 
 def sweep(name, cap, seed=5):

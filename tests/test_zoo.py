@@ -37,11 +37,14 @@ def test_tiny_zoo_model_captures_and_peak_matches(name):
           f"{eager / 2**20:.2f} MiB ({eager / measured:.3f}x of run)", file=sys.stderr)
     assert torch.allclose(loss_run, loss_eager)
     # p.grad is None in this first step: each fresh gradient becomes p.grad (already static),
-    # so the nodes' gradient workspace goes unused; tiny VGGs peak at the node with the
-    # largest gradient (classifier.0, 784 KiB), so the full prediction is 1.25 x there
-    first_step = checkpoint_all_peak(graph.with_workspace([0.0] * graph.size))
+    # so only the internal temporaries of the workspace are used; tiny VGGs peak at the node
+    # with the largest gradient (classifier.0, 784 KiB), so the full prediction is 1.25 x
+    # there. The loosest first-step prediction is gpt2's, 1.119 x (capture_notes.md).
+    first_step = checkpoint_all_peak(graph.with_workspace(
+        [float(m["internal_bytes"]) for m in graph.node_meta]))
     assert measured <= predicted * 1.05
-    assert abs(first_step - measured) <= 0.10 * measured
+    assert measured <= first_step * 1.05
+    assert first_step <= 1.15 * measured
 
 
 def test_load_options_and_errors():

@@ -9,6 +9,7 @@ from torch import fx, nn
 from torch.utils import _pytree as pytree
 
 from remat.capture.grouping import Group, check_ops, group_nodes, reorder_joint
+from remat.capture.internal import internal_peaks
 from remat.capture.specs import InputSpec, OutputSpec, input_spec, output_spec
 from remat.capture.storage import StorageMap, build_storage_map, split_static_views
 from remat.capture.trace import trace_joint
@@ -25,10 +26,12 @@ class Capture:
     laid out node after node: ``node_groups[i]`` are the fx names of remat node i, and
     concatenated they are the joint's ops in order. ``value_nodes[i]``: the fx nodes of group
     i read by other groups or returned; ``graph.mem[i]`` is the bytes of their distinct
-    non-static storages; ``graph.workspace[i]`` is the bytes of the fresh parameter gradients
-    node i writes, held only while it runs (see ``gradient_storages``). ``random_nodes``: nodes holding a random op (dropout), each
-    starting with it. ``storages`` maps each joint value to its storage and bytes (views share their
-    base's). The field names are a contract with the runtime; add, never rename.
+    non-static storages; ``graph.workspace[i]`` is the bytes node i holds only while it runs:
+    its internal temporaries and the fresh parameter gradients it writes, at their joint peak
+    (see ``_node_meta``, ``gradient_storages``, ``remat.capture.internal``). ``random_nodes``:
+    nodes holding a random op (dropout), each starting with it. ``storages`` maps each joint
+    value to its storage and bytes (views share their base's). The field names are a contract
+    with the runtime; add, never rename.
     """
 
     graph: RematGraph
@@ -166,21 +169,34 @@ def _assemble(model, inputs, joint, groups: list[Group], storages, static, place
     mem = [storages.bytes_of([n for n in v if storages.storage.get(n) not in static])
            for v in values]
     fresh = gradient_storages(joint, storages, outputs)
-    meta = [{"module": g.module, "ops": [_op_name(nodes[n]) for n in g.nodes
-                                         if _op_name(nodes[n]) != "getitem"],
-             "random": g.random,
-             "grad_bytes": storages.bytes_of([n for n in v if storages.storage.get(n) in fresh])}
-            for g, v in zip(groups, values)]
+    meta = [_node_meta(g, v, nodes, storages, static, fresh) for g, v in zip(groups, values)]
     graph = RematGraph([g.name for g in groups], [1.0] * len(groups), mem, deps,
                        [g.backward for g in groups],
                        static_mem=sum(storages.nbytes[s] for s in static), node_meta=meta,
                        meta={"cost_unit": "unit", "mem_unit": "bytes",
-                             "workspace": "fresh parameter gradients (node grad_bytes)"},
-                       workspace=[m["grad_bytes"] for m in meta])
+                             "workspace": "peak of internal temporaries and fresh parameter "
+                                          "gradients alive together (node workspace_bytes)"},
+                       workspace=[m["workspace_bytes"] for m in meta])
     return Capture(graph=graph, joint=joint, node_groups=tuple(g.nodes for g in groups),
                    value_nodes=tuple(values), placeholders=placeholders, outputs=outputs,
                    random_nodes=frozenset(i for i, g in enumerate(groups) if g.random),
                    model=model, example_inputs=inputs, storages=storages)
+
+
+def _node_meta(group: Group, values, nodes, storages: StorageMap, static, fresh) -> dict:
+    """What the graph file shows of a node, with the parts of its transient workspace:
+    ``grad_bytes`` (its fresh parameter gradients), ``internal_bytes`` (the peak of its
+    internal temporaries, see ``remat.capture.internal``) and ``workspace_bytes``, the peak
+    of both alive at the same op, which is ``graph.workspace``. Internals and a gradient
+    are summed only where they overlap (at and after the op making the gradient, until its
+    last read), so the workspace lies between the larger part and their sum."""
+    ops = [_op_name(nodes[n]) for n in group.nodes if _op_name(nodes[n]) != "getitem"]
+    outputs = {storages.storage[n] for n in values if n in storages.storage} - set(static)
+    internal, both = internal_peaks([nodes[n] for n in group.nodes], storages,
+                                    outputs | set(static), fresh, outputs)
+    grad = storages.bytes_of([n for n in values if storages.storage.get(n) in fresh])
+    return {"module": group.module, "ops": ops, "random": group.random, "grad_bytes": grad,
+            "internal_bytes": internal, "workspace_bytes": max(both, grad)}
 
 
 def static_storages(joint: fx.GraphModule, storages: StorageMap) -> set[str]:
@@ -202,9 +218,9 @@ def gradient_storages(joint: fx.GraphModule, storages: StorageMap, outputs) -> s
     ``static_mem`` holds each gradient once, as ``p.grad``. But when ``p.grad`` already exists
     (every step after the first, unless zeroed with ``set_to_none=True``), the op makes the new
     gradient in a fresh tensor that lives next to ``p.grad`` until the runtime adds it in,
-    right after the op. So each node's fresh gradient bytes (node meta ``grad_bytes``) are its
-    transient ``workspace``: counted in that node's candidate only, never for the whole step.
-    When ``p.grad`` is None the fresh tensor becomes ``p.grad`` and the workspace goes unused,
+    right after the op. So each node's fresh gradient bytes (node meta ``grad_bytes``) are part
+    of its transient ``workspace``: counted in that node's candidate only, never for the whole
+    step. When ``p.grad`` is None the fresh tensor becomes ``p.grad`` and that part goes unused,
     so the first step's prediction is high by at most one node's gradients.
     """
     inputs = {storages.storage[n.name] for n in joint.graph.nodes
