@@ -78,7 +78,7 @@ def restore(model, state) -> None:
             tensor.copy_(torch.from_numpy(state[name]))
 
 
-def demo(name: str = "unet", budgets=("100%", "85%", "70%"),
+def demo(name: str = "unet", budgets=("100%", "90%", "80%"),
          methods=("checkpoint-all", "chen-greedy", "auto"), time_limit: float = 20.0,
          out=sys.stdout, log=sys.stderr) -> list[tuple]:
     model, inputs, loss_fn = load(name, tiny=True)

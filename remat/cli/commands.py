@@ -173,7 +173,7 @@ def add_demo(sub) -> None:
                                    "predicted with measured peak memory and gradients with "
                                    "eager.")
     p.add_argument("--model", default="unet", help="zoo model (tiny variant; default unet)")
-    p.add_argument("--budgets", default="100%,85%,70%")
+    p.add_argument("--budgets", default="100%,90%,80%")
     p.add_argument("--methods", default="checkpoint-all,chen-greedy,auto")
     p.add_argument("--time-limit", type=float, default=20.0, help="seconds per solve")
     p.set_defaults(run=run_demo)
