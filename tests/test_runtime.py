@@ -19,7 +19,7 @@ from remat.capture import capture  # noqa: E402
 from remat.runtime import CompiledStep, InputMismatchError  # noqa: E402
 from remat.runtime.cache import cached_solve  # noqa: E402
 from test_runtime_rewrite import (OpCounter, assert_same_step,  # noqa: E402,F401
-                                  cross_entropy, eager_step, one_thread)
+                                  cross_entropy, eager_step, mlp_case, one_thread)
 
 BUDGETS = ("100%", "70%", "50%", "30%")
 BASELINES = ("checkpoint-all", "chen-greedy", "chen-sqrtn", "ap-greedy", "griewank")
@@ -53,12 +53,7 @@ def methods_for(name: str) -> list[tuple[str, dict]]:
 # ----- hand-written models: a chain with dropout, a CNN (BatchNorm, in-place ReLU, residual,
 # dropout), a transformer block on token ids, a model returning a tuple ----------------------
 def deep_mlp():
-    torch.manual_seed(1)
-    layers = []
-    for _ in range(10):
-        layers += [torch.nn.Linear(32, 32), torch.nn.Tanh()]
-    model = torch.nn.Sequential(*layers, torch.nn.Dropout(0.2), torch.nn.Linear(32, 1))
-    return model, (torch.randn(256, 32),), lambda m, x: m(x).pow(2).mean()
+    return mlp_case(depth=10, width=32, batch=256, dropout=0.2)
 
 
 class ResidualCNN(torch.nn.Module):

@@ -151,13 +151,14 @@ def cnn_case():
     return SmallCNN(), (torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 3])), cross_entropy
 
 
-def mlp_case():
+def mlp_case(depth=6, width=16, batch=8, dropout=0.5):
+    """Tanh MLP with dropout before the head (seed 1): model, inputs, loss_fn."""
     torch.manual_seed(1)
     layers = []
-    for _ in range(6):
-        layers += [torch.nn.Linear(16, 16), torch.nn.Tanh()]
-    model = torch.nn.Sequential(*layers, torch.nn.Dropout(0.5), torch.nn.Linear(16, 1))
-    return model, (torch.randn(8, 16),), lambda m, x: m(x).pow(2).mean()
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.Tanh()]
+    model = torch.nn.Sequential(*layers, torch.nn.Dropout(dropout), torch.nn.Linear(width, 1))
+    return model, (torch.randn(batch, width),), lambda m, x: m(x).pow(2).mean()
 
 
 def eager_step(model, inputs, loss_fn, seed):

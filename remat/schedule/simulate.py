@@ -43,6 +43,14 @@ class Simulation:
         """The ordered steps ``[("compute", i) | ("free", i), ...]``."""
         return [(e.action, e.node) for e in self.timeline]
 
+    def stage_peaks(self, size: int) -> np.ndarray:
+        """The largest candidate of each of the ``size`` stages (0 where nothing ran)."""
+        peaks = np.zeros(size)
+        for event in self.timeline:
+            if event.action == "compute":
+                peaks[event.stage] = max(peaks[event.stage], event.memory)
+        return peaks
+
     def live_at_peak(self) -> list[int]:
         """Values in memory at the peak (including the output being computed)."""
         live: set[int] = set()

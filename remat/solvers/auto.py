@@ -18,7 +18,7 @@ from dataclasses import replace
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
 from remat.solvers.base import BASELINES, SolveOptions, applicable, method_applies, solver
-from remat.solvers.bounds import PROVEN_RTOL, bound_time, retention_bound
+from remat.solvers.bounds import bound_time, meets, retention_bound
 
 MILP_MAX_NODES = 80
 """milp proves optimality within seconds to a minute up to about this size (bench_milp.py)."""
@@ -53,8 +53,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     for name in candidate_methods(graph):
         # exact methods start from the best schedule so far instead of rerunning the baselines
         best = _cheapest(results)
-        target = known.value * (1 + options.mip_rel_gap) * (1 + PROVEN_RTOL)
-        if best is not None and best.compute_cost <= target:
+        if best is not None and meets(best.compute_cost, known.value, options.mip_rel_gap):
             break  # the bound already proves it: slower methods cannot do better
         results.append(solver(name)(graph, budget, replace(options, initial=best)))
     feasible = [r for r in results if r.feasible]
@@ -65,7 +64,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         return Solution.infeasible(graph, "auto", budget, min_budget, solve_time=elapsed,
                                    tried=[r.method for r in results])
     best = _cheapest(feasible)
-    status = "optimal" if best.compute_cost <= bound * (1 + PROVEN_RTOL) else \
+    status = "optimal" if meets(best.compute_cost, bound) else \
         ("timeout" if any(r.status == "timeout" for r in results) else "feasible")
     return Solution.from_schedule(graph, best.R, best.S, "auto", status, budget,
                                   lower_bound=bound, solve_time=elapsed, min_budget=min_budget,

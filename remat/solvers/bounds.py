@@ -53,6 +53,12 @@ PROVEN_RTOL = 1e-7
 """A schedule within this relative distance of a proven bound counts as proven optimal (float
 sums of per-node costs, and HiGHS's own tolerances, differ from exact arithmetic by less)."""
 
+def meets(cost: float, bound: float, gap: float = 0.0) -> bool:
+    """True when ``cost`` is within relative ``gap`` of the proven ``bound`` (gap 0: proven
+    optimal), up to ``PROVEN_RTOL``."""
+    return cost <= bound * (1 + gap) * (1 + PROVEN_RTOL)
+
+
 _CACHE: "weakref.WeakKeyDictionary[RematGraph, dict[float, Bound]]" = weakref.WeakKeyDictionary()
 
 

@@ -67,7 +67,7 @@ from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions
-from remat.solvers.bounds import PROVEN_RTOL, bound_time, retention_bound
+from remat.solvers.bounds import bound_time, meets, retention_bound
 from remat.errors import UnsupportedGraphError
 
 INF = float("inf")
@@ -463,7 +463,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     # optimal among persistent schedules only (module docstring); over all schedules only
     # where the retention bound meets it (measured: most budgets above the tightest fifth)
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
-    status = "optimal" if cost <= known.value * (1 + PROVEN_RTOL) else "feasible"
+    status = "optimal" if meets(cost, known.value) else "feasible"
     sol = Solution.from_schedule(graph, R, S, "chain-dp", status, budget,
                                  lower_bound=known.value,
                                  solve_time=time.perf_counter() - start,

@@ -19,7 +19,7 @@ from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
 from remat.solvers import highs_backend
 from remat.solvers.base import BASELINES, SolveOptions, applicable, solver
-from remat.solvers.bounds import PROVEN_RTOL, Bound, bound_time, retention_bound
+from remat.solvers.bounds import PROVEN_RTOL, Bound, bound_time, meets, retention_bound
 from remat.solvers.milp_model import TIGHT, Formulation, MilpModel
 from remat.solvers.min_budget import min_budget, peak_lower_bound
 
@@ -40,8 +40,7 @@ def solve_with(graph: RematGraph, budget: float, options: SolveOptions,
     warm = warm_start(graph, budget, options) if options.warm_start else None
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads) \
         if retention else Bound(graph.total_cost, "trivial", 0.0, 0)
-    target = known.value * (1 + options.mip_rel_gap) * (1 + PROVEN_RTOL)
-    if warm is not None and warm.compute_cost <= target:  # proven already: no MILP needed
+    if warm is not None and meets(warm.compute_cost, known.value, options.mip_rel_gap):
         proof = warm.with_(method=method, lower_bound=max(known.value, warm.lower_bound),
                            solve_time=time.perf_counter() - began,
                            details={**warm.details, "proven_by": "retention bound"})
@@ -49,6 +48,7 @@ def solve_with(graph: RematGraph, budget: float, options: SolveOptions,
     model = MilpModel(graph, budget, formulation)
     start = model.vector(warm.R, warm.S) if warm is not None else None
     remaining = _remaining(options.time_limit, began)
+    target = known.value * (1 + options.mip_rel_gap) * (1 + PROVEN_RTOL)  # what meets() accepts
     stop_at = target / model.cost_unit if model.formulation.tie_break == 0 else None
     result = highs_backend.run(model.arrays(), remaining, options.mip_rel_gap, options.threads,
                                options.seed, start=start, progress=_progress(options, model),
@@ -115,9 +115,9 @@ def _solution(graph, budget, model, result, warm, method, began, options,
 def _proven(sol: Solution, mip_rel_gap: float) -> Solution:
     """The status the bound supports: "optimal" when it meets the cost, "feasible" within
     ``mip_rel_gap``; a claimed optimum the bound does not meet (perturbed costs) is "feasible"."""
-    if sol.compute_cost <= sol.lower_bound * (1 + PROVEN_RTOL):
+    if meets(sol.compute_cost, sol.lower_bound):
         return sol.with_(status="optimal")
-    if sol.status == "optimal" or sol.compute_cost <= sol.lower_bound * (1 + mip_rel_gap):
+    if sol.status == "optimal" or meets(sol.compute_cost, sol.lower_bound, mip_rel_gap):
         return sol.with_(status="feasible")
     return sol
 

@@ -101,7 +101,7 @@ class MilpModel:
                  formulation: Formulation = TIGHT, min_peak: bool = False):
         self.graph = graph
         self.formulation = formulation
-        self.size = size = graph.size
+        self.size = graph.size
         self.mem_unit = _memory_unit(np.concatenate([graph.mem, graph.workspace]))
         self.mem = graph.mem / self.mem_unit
         self.workspace = graph.workspace / self.mem_unit

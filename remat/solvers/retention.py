@@ -89,7 +89,7 @@ def _fit(graph: RematGraph, budget: float, weights: np.ndarray, deadline, thread
         least = min(least, sim.peak_memory)
         if sim.peak_memory <= budget:
             return (sim.compute_cost, R, S, kept), kept, tries, least
-        cut += np.maximum(stage_peaks(graph, sim) - budget, 0.0)
+        cut += np.maximum(sim.stage_peaks(graph.size) - budget, 0.0)
     return None, kept, tries, least
 
 
@@ -111,15 +111,6 @@ def _grow(graph: RematGraph, budget: float, best: tuple, weights: np.ndarray,
             if sim.peak_memory <= budget and sim.compute_cost < cost:
                 cost, R, S, kept, improved = sim.compute_cost, R_try, S_try, kept | {v}, True
     return cost, R, S, kept
-
-
-def stage_peaks(graph: RematGraph, sim) -> np.ndarray:
-    """The simulator's largest candidate of each stage."""
-    peaks = np.zeros(graph.size)
-    for event in sim.timeline:
-        if event.action == "compute":
-            peaks[event.stage] = max(peaks[event.stage], event.memory)
-    return peaks
 
 
 def schedule_of(graph: RematGraph, kept: set[int]) -> tuple[np.ndarray, np.ndarray]:
