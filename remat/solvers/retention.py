@@ -29,7 +29,8 @@ from remat.schedule.rs import tighten
 from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions
-from remat.solvers.bounds import bound_time, retained, retention_bound, stage_room
+from remat.solvers.bounds import (bound_time, gaps, retained, retention_bound, runs,
+                                  stage_room)
 
 ROUNDS = 3
 """Weight updates (rebuild costs from the previous K); more rarely helped (measured)."""
@@ -45,21 +46,22 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     began = time.perf_counter()
     deadline = None if options.time_limit is None else began + options.time_limit
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
-    best, weights, tries, least = None, graph.cost.astype(float), 0, math.inf
+    plan = Plan(graph)
+    best, weights, tries, least = None, plan.own_costs(), 0, math.inf
     for _ in range(ROUNDS):
-        found, kept, count, low = _fit(graph, budget, weights, deadline, options.threads)
+        found, kept, count, low = _fit(plan, budget, weights, deadline, options.threads)
         tries, least = tries + count, min(least, low)
         if found is not None and (best is None or found[0] < best[0]):
             best = found
         if kept is None or _past(deadline):
             break
-        weights = rebuild_costs(graph, kept)
+        weights = plan.rebuild_costs(kept)
     if best is not None:
-        best = _grow(graph, budget, best, weights, deadline or time.perf_counter() + GROW_SECONDS)
+        best = _grow(plan, budget, best, weights, deadline or time.perf_counter() + GROW_SECONDS)
     elapsed = time.perf_counter() - began
     if best is None:  # min_budget: the least peak this method reaches (keep nothing at worst)
         if not math.isfinite(least):
-            least = simulate(graph, *schedule_of(graph, set())).peak_memory
+            least = simulate(graph, *plan.schedule(set())).peak_memory
         return Solution.infeasible(graph, "retention", budget, least, solve_time=elapsed,
                                    tries=tries)
     status = "timeout" if _past(deadline) else "feasible"
@@ -67,10 +69,11 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
                                   lower_bound=known.value, solve_time=elapsed, tries=tries)
 
 
-def _fit(graph: RematGraph, budget: float, weights: np.ndarray, deadline, threads):
+def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
     """The first schedule that fits: the knapsack's room is cut by each stage's overshoot
-    (``REPAIRS`` times), then scaled down as a whole. Returns ((cost, R, S) or None, the K of
-    the last try, number of tries, least peak seen)."""
+    (``REPAIRS`` times), then scaled down as a whole. Returns ((cost, R, S, kept) or None, the
+    kept gaps of the last try, number of tries, least peak seen)."""
+    graph = plan.graph
     full = stage_room(graph, budget)
     floor = full.min()  # the room every stage has at the smallest possible budget
     rooms = [full] * REPAIRS + [floor + scale * (full - floor) for scale in SCALES[1:]]
@@ -80,11 +83,11 @@ def _fit(graph: RematGraph, budget: float, weights: np.ndarray, deadline, thread
             break
         limit = 2.0 if deadline is None else max(0.1, min(2.0, deadline - time.perf_counter()))
         room = np.maximum(room - cut, 0.0) if attempt < REPAIRS else room
-        kept = retained(graph, room, weights, time_limit=limit, threads=threads)
+        kept = retained(graph, room, plan.gaps, weights, time_limit=limit, threads=threads)
         if kept is None:
             continue
         tries += 1
-        R, S = schedule_of(graph, kept)
+        R, S = plan.schedule(kept)
         sim = simulate(graph, R, S)
         least = min(least, sim.peak_memory)
         if sim.peak_memory <= budget:
@@ -93,69 +96,71 @@ def _fit(graph: RematGraph, budget: float, weights: np.ndarray, deadline, thread
     return None, kept, tries, least
 
 
-def _grow(graph: RematGraph, budget: float, best: tuple, weights: np.ndarray,
+def _grow(plan: "Plan", budget: float, best: tuple, weights: np.ndarray,
           deadline: float) -> tuple:
-    """Hill climbing from the best schedule: keep one more value (dearest to rebuild first)
+    """Hill climbing from the best schedule: keep one more gap (dearest to rebuild first)
     whenever that lowers the cost and still fits, until a pass changes nothing."""
     cost, R, S, kept = best
-    order = sorted((v for v in range(graph.size) if v not in kept and graph.users[v]
-                    and graph.mem[v] > 0), key=lambda v: -weights[v])
+    order = sorted(set(range(len(plan.gaps))) - kept, key=lambda k: -weights[k])
     improved = True
     while improved and not _past(deadline):
         improved = False
-        for v in order:
-            if v in kept or _past(deadline):
+        for k in order:
+            if k in kept or _past(deadline):
                 continue
-            R_try, S_try = schedule_of(graph, kept | {v})
-            sim = simulate(graph, R_try, S_try)
+            R_try, S_try = plan.schedule(kept | {k})
+            sim = simulate(plan.graph, R_try, S_try)
             if sim.peak_memory <= budget and sim.compute_cost < cost:
-                cost, R, S, kept, improved = sim.compute_cost, R_try, S_try, kept | {v}, True
+                cost, R, S, kept, improved = sim.compute_cost, R_try, S_try, kept | {k}, True
     return cost, R, S, kept
 
 
-def schedule_of(graph: RematGraph, kept: set[int]) -> tuple[np.ndarray, np.ndarray]:
-    """K resident from computation to last read. Any other value stays until the first stage
-    where the knapsack counted it dropped (it serves its readers up to there, typically the
-    next forward node) and is recomputed where it is read after that."""
-    S = np.zeros((graph.size, graph.size), dtype=bool)
-    for v in range(graph.size):
-        if not graph.users[v]:
-            continue
-        last = max(graph.users[v])
-        if v not in kept:
-            last = next((t for t in range(v + 1, last) if v not in graph.deps[t]), last)
-        S[v + 1:last + 1, v] = True
-    return tighten(graph, S)
+class Plan:
+    """Schedules from the set of kept gaps (``remat.solvers.bounds.gaps``): a value is resident
+    from its computation to its last read except across the gaps not kept, and computed again
+    in the stage that reads it after each of those."""
 
+    def __init__(self, graph: RematGraph):
+        self.graph = graph
+        self.gaps = gaps(graph)
+        self.whole = np.zeros((graph.size, graph.size), dtype=bool)
+        for v in range(graph.size):
+            if graph.users[v]:
+                self.whole[v + 1:max(graph.users[v]) + 1, v] = True
+            if graph.cost[v] <= 0 and graph.mem[v] > 0:  # free to recompute: drop every run
+                for first, last in runs(graph, v):
+                    self.whole[first:last + 2, v] = False
 
-def rebuild_costs(graph: RematGraph, kept: set[int]) -> np.ndarray:
-    """Per value v, what dropping it costs given K: v itself plus every ancestor that is not
-    alive when v is next read after its drop (ancestors outside K, or in K but past their
-    last read by then), found through the ancestors that must be rebuilt as well."""
-    weights = graph.cost.astype(float)
-    for v in range(graph.size):
-        when = _next_read_after_drop(graph, v)
-        if when is None:
-            continue
-        seen, stack = {v}, list(graph.deps[v])
-        while stack:
-            d = stack.pop()
-            if d in seen or (d in kept and max(graph.users[d]) >= when):
-                continue
-            seen.add(d)
-            weights[v] += graph.cost[d]
-            stack.extend(graph.deps[d])
-    return weights
+    def own_costs(self) -> np.ndarray:
+        return np.array([self.graph.cost[v] for v, _, _ in self.gaps], dtype=float)
 
+    def resident(self, kept: set[int]) -> np.ndarray:
+        """S before ``tighten``: resident at each stage's start by the plan."""
+        S = self.whole.copy()
+        for k, (v, first, last) in enumerate(self.gaps):
+            if k not in kept:
+                S[first:last + 2, v] = False
+        return S
 
-def _next_read_after_drop(graph: RematGraph, v: int) -> int | None:
-    """The first reader of v after the first stage it spans without being read (where the
-    knapsack drops it), or None if it spans no such stage."""
-    if not graph.users[v]:
-        return None
-    last = max(graph.users[v])
-    drop = next((t for t in range(v + 1, last) if v not in graph.deps[t]), None)
-    return None if drop is None else min(u for u in graph.users[v] if u > drop)
+    def schedule(self, kept: set[int]) -> tuple[np.ndarray, np.ndarray]:
+        return tighten(self.graph, self.resident(kept))
+
+    def rebuild_costs(self, kept: set[int]) -> np.ndarray:
+        """Per gap, what dropping it costs given the kept gaps: v itself plus every ancestor
+        not resident at the start of the stage that reads v after the gap, found through the
+        ancestors that must be rebuilt as well."""
+        graph, S = self.graph, self.resident(kept)
+        weights = self.own_costs()
+        for k, (v, _, last) in enumerate(self.gaps):
+            seen, stack = {v}, list(graph.deps[v])
+            while stack:
+                d = stack.pop()
+                if d in seen or S[last + 1, d]:
+                    continue
+                seen.add(d)
+                weights[k] += graph.cost[d]
+                stack.extend(graph.deps[d])
+        return weights
 
 
 def _past(deadline: float | None) -> bool:
