@@ -57,7 +57,9 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
             break
         weights = plan.rebuild_costs(kept)
     if best is not None:
-        best = _grow(plan, budget, best, weights, deadline or time.perf_counter() + GROW_SECONDS)
+        until = deadline or time.perf_counter() + GROW_SECONDS
+        best = _grow(plan, budget, best, weights, until)
+        best = _hold(graph, budget, best, until)
     elapsed = time.perf_counter() - began
     if best is None:  # min_budget: the least peak this method reaches (keep nothing at worst)
         if not math.isfinite(least):
@@ -113,6 +115,36 @@ def _grow(plan: "Plan", budget: float, best: tuple, weights: np.ndarray,
             if sim.peak_memory <= budget and sim.compute_cost < cost:
                 cost, R, S, kept, improved = sim.compute_cost, R_try, S_try, kept | {k}, True
     return cost, R, S, kept
+
+
+def _hold(graph: RematGraph, budget: float, best: tuple, deadline: float) -> tuple:
+    """Hill climbing on the schedule itself: instead of computing a value again in a later
+    stage, keep it from its previous computation (with whatever it no longer needs rebuilt),
+    dearest recomputation first, whenever that lowers the cost and still fits. It reaches
+    what gaps cannot express: an ancestor rebuilt for one value and kept for the next."""
+    cost, R, S, kept = best
+    improved = True
+    while improved and not _past(deadline):
+        improved = False
+        for t, v in _recomputations(graph, R):
+            if _past(deadline):
+                break
+            if not R[t, v]:  # an earlier move removed it
+                continue
+            before = int(np.flatnonzero(R[:t, v])[-1])
+            S_try = S.copy()
+            S_try[before + 1:t + 1, v] = True
+            R_try, S_try = tighten(graph, S_try)
+            sim = simulate(graph, R_try, S_try)
+            if sim.peak_memory <= budget and sim.compute_cost < cost - 1e-12 * abs(cost):
+                cost, R, S, improved = sim.compute_cost, R_try, S_try, True
+    return cost, R, S, kept
+
+
+def _recomputations(graph: RematGraph, R: np.ndarray) -> list[tuple[int, int]]:
+    """(stage, value) of every computation after the first, dearest first."""
+    found = [(int(t), int(v)) for t, v in np.argwhere(R) if t != v and R[:t, v].any()]
+    return sorted(found, key=lambda tv: -graph.cost[tv[1]])
 
 
 class Plan:
