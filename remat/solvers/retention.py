@@ -37,9 +37,12 @@ ROUNDS = 3
 REPAIRS = 6
 """Knapsack solves that cut each stage's room by its overshoot before scaling down."""
 SCALES = (1.0, 0.85, 0.7, 0.5, 0.25, 0.0)
+"""Then: fractions of the room above the smallest stage room, tried until a schedule fits."""
 GROW_SECONDS = 10.0
 """Time for the final hill climbing when the caller gives no time limit."""
-"""Then: fractions of the room above the smallest stage room, tried until a schedule fits."""
+GROW_SHARE = 1 / 3
+"""Of the time left for hill climbing, the most the gap pass may take before the hold pass
+(on random_dag(500) at 40% the gap pass alone took 21 s of 30 and left the hold pass none)."""
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
@@ -57,8 +60,9 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
             break
         weights = plan.rebuild_costs(kept)
     if best is not None:
-        until = deadline or time.perf_counter() + GROW_SECONDS
-        best = _grow(plan, budget, best, weights, until)
+        now = time.perf_counter()
+        until = deadline or now + GROW_SECONDS
+        best = _grow(plan, budget, best, weights, now + GROW_SHARE * max(0.0, until - now))
         best = _hold(graph, budget, best, until)
     elapsed = time.perf_counter() - began
     if best is None:  # min_budget: the least peak this method reaches (keep nothing at worst)
