@@ -1,21 +1,26 @@
 """``retention``: keep what the retention knapsack keeps, recompute the rest where it is read.
 
-The retention bound (``remat.solvers.bounds``) chooses a set K of values to keep alive for
-their whole lifetime, within the budget at every stage, dropping the cheapest to recompute.
-This method turns such a K into a schedule: K stays resident from computation to last read,
-everything else is recomputed (with any missing inputs) in the stage that reads it, and
-``tighten`` removes what nobody reads. The knapsack ignores two things, so the method iterates:
+The retention bound (``remat.solvers.bounds``) chooses a set K of gaps (runs of stages between
+two reads of a value) to keep values alive across, within the budget at every stage, dropping
+the cheapest to recompute. This method turns such a K into a schedule (``Plan``): a value is
+resident from its computation to its last read except across its gaps outside K, after each
+of which the stage that reads it computes it again (with any missing inputs), and ``tighten``
+removes what nobody reads. The knapsack ignores two things, so the method iterates:
 
-- the price of dropping a value is not its own cost but the cost of rebuilding it from K
-  (its dropped ancestors too): after each round the weights become those rebuild costs;
+- the price of dropping a gap is not v's cost but the cost of rebuilding v there (its absent
+  ancestors too): after each round the weights become those rebuild costs;
 - recomputed values need room the knapsack did not reserve: when a schedule goes over the
   budget, the knapsack is solved again with each stage's room cut by that stage's overshoot
   (a few times), then with the room scaled down as a whole, until one fits.
 
-Every schedule is priced by the simulator; the cheapest that fits wins, and a last hill
-climbing pass keeps one more value at a time while that lowers the cost and still fits. It scales to
-thousands of nodes (one small knapsack per try) and is often far cheaper than the checkpoint
-heuristics on branchy graphs; it reports the retention bound as its ``lower_bound``.
+Every schedule is priced by the simulator; the cheapest that fits wins. Two hill-climbing
+passes follow, each move kept only if it lowers the cost and still fits: keep one more gap
+(``_grow``), then keep a value from its previous computation instead of computing it again
+(``_hold``), which also keeps an ancestor rebuilt for one value for the next: on the tiny
+U-Net at op level, 60%, that pass takes the cost from 1.438 to 1.096 of the total (bound
+1.064). It scales to thousands of nodes (one small knapsack per try; the passes stop at the
+time limit) and reports the retention bound as its ``lower_bound``, status "optimal" where
+it meets it.
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ from remat.schedule.rs import tighten
 from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions
-from remat.solvers.bounds import (bound_time, gaps, retained, retention_bound, runs,
+from remat.solvers.bounds import (bound_time, gaps, meets, retained, retention_bound, runs,
                                   stage_room)
 
 ROUNDS = 3
@@ -70,7 +75,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
             least = simulate(graph, *plan.schedule(set())).peak_memory
         return Solution.infeasible(graph, "retention", budget, least, solve_time=elapsed,
                                    tries=tries)
-    status = "timeout" if _past(deadline) else "feasible"
+    status = "optimal" if meets(best[0], known.value) else \
+        ("timeout" if _past(deadline) else "feasible")
     return Solution.from_schedule(graph, best[1], best[2], "retention", status, budget,
                                   lower_bound=known.value, solve_time=elapsed, tries=tries)
 
