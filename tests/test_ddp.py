@@ -112,3 +112,13 @@ def test_compiled_step_trains_like_plain_ddp(tmp_path):
             assert loss == pytest.approx(eager_loss, rel=1e-5, abs=1e-6)
         assert report["params"] and report["buffers"] and report["synced"]
     assert reports[0]["losses"] != reports[1]["losses"]  # the ranks really had their own data
+
+
+def test_gradient_buckets_respect_the_cap_and_dtype():
+    from remat.runtime.distributed import _buckets
+
+    grads = [torch.zeros(10), torch.zeros(10), torch.zeros(30), torch.zeros(5, dtype=torch.float64),
+             torch.zeros(2, dtype=torch.float64)]
+    buckets = _buckets(grads, cap=80)  # float32: 40 B each, then 120 B alone; float64 apart
+    assert [[g.numel() for g in b] for b in buckets] == [[10, 10], [30], [5, 2]]
+    assert [id(g) for b in buckets for g in b] == [id(g) for g in grads]  # each once, in order
