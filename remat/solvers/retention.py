@@ -19,9 +19,9 @@ passes follow, each move kept only if it lowers the cost and still fits: keep on
 (``_hold``), which also keeps an ancestor rebuilt for one value for the next: on the tiny
 U-Net at op level, 60%, that pass takes the cost from 1.438 to 1.096 of the total (bound
 1.064). Then an iterated local search (``_search``: random kicks and restarts, seeded by
-``options.seed``) runs until the time limit or until it stops finding better. It scales to thousands of nodes (one small knapsack per try; the passes stop at the
-time limit) and reports the retention bound as its ``lower_bound``, status "optimal" where
-it meets it.
+``options.seed``) runs until the time limit or until it stops finding better. It scales to
+thousands of nodes (one small knapsack per try; the passes stop at the time limit) and
+reports the retention bound as its ``lower_bound``, status "optimal" where it meets it.
 """
 from __future__ import annotations
 
@@ -166,8 +166,8 @@ def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int
     """Iterated local search until the deadline or ``STALL`` tries in a row fail: alternately
     kick the best schedule (drop a few values from a random stage of their residency on,
     then the hold pass) and restart from the knapsack with randomly scaled weights (then both
-    passes). Measured on the 9 cases of bench/results/bounds.csv still over 1% (20 s each):
-    kicks alone took gpt2 module 60% from 1.0405 to 1.0214, random weights alone resnet50
+    passes). Measured on the 9 cases of bench/results/bounds.csv still over 1% (a one-off
+    script, 20 s each): kicks alone took gpt2 module 60% from 1.0405 to 1.0214, random weights alone resnet50
     module 40% from 1.0361 to 1.0306 and U-Net op 80% from 1.0165 to 1.0052."""
     rng = np.random.default_rng(seed)
     stall, turn = 0, 0
