@@ -5,13 +5,14 @@ last computation of stage t, DESIGN.md). At that moment node t's output and all 
 are alive and its workspace is held, so memory is at least ``static + m_t + w_t +
 sum m_deps(t)`` plus every other value that happens to be alive. Now take a value v and a
 *gap* of v: the stages strictly between two consecutive reads of v (its computation counting
-as the first), say after read r and before read r'. If v is not
-alive at the moment of some stage s in the gap, then node r' (stage r' > s) needs a copy of v
-computed after that moment and before r': a computation of v inside (s, r'], and distinct
-gaps give distinct computations, none of them the first (which is in stage v). So every
+as the first), say after read r and before read r'. If v is not alive at the moment of some
+stage s in the gap, then node r' (stage r' > s) needs a copy of v computed after that moment
+and before r': a computation of v inside (s, r'], and distinct gaps give distinct
+computations, none of them the first (which is in stage v). So every
 schedule within the budget defines a set K of gaps "v alive at every moment of it" such that
 
-    for every t:  sum_{gaps in K covering t} m_v  <=  budget - static - m_t - w_t - sum m_deps(t),
+    for every t:  sum_{gaps of v in K covering t} m_v
+                      <=  budget - static - m_t - w_t - sum m_deps(t),
 
 and pays at least ``total_cost + sum_{gaps not in K} c_v``. The least such price over all K is
 therefore a lower bound on every schedule's cost: a 0/1 knapsack with one row per stage and
