@@ -123,8 +123,9 @@ def chain_of(graph: RematGraph) -> Chain:
 
 
 class _ChainDP:
-    """Memoised branch-and-bound recursion over (segment, top, bytes), each state's value
-    function stored as intervals of budget.
+    """Memoised branch-and-bound recursion over the states of the module docstring (``seg``:
+    (s, t, top); ``drop``: (u, t, top, m, e)), each state's value function stored as
+    intervals of budget.
 
     The least cost of a state is a non-increasing step function of its budget M. When the
     recursion finds the optimum at M with a schedule whose own peak is P <= M, every budget in
@@ -136,55 +137,85 @@ class _ChainDP:
     caller's cutoff leave facts "the cost is at least v up to budget B" (``_Steps.above``),
     which, with the cost of the next interval up, answer later cutoffs without a search.
 
-    Three exact shortcuts keep the state count down: a state whose budget covers the peak of
-    storing every value (``store_peak``) costs exactly one computation per node (the least
+    Exact shortcuts keep the state count down: a ``seg`` state whose budget covers the peak
+    of storing every value (``store_peak``) costs exactly one computation per node (the least
     any schedule can pay); a state whose budget is below ``need`` (some backward node's own
     operands do not fit) is infeasible; and states are keyed by the *content* of their
     segment (``segment_id``: base size, every layer's costs and sizes, the gradient above),
     so the repeated layers of a uniform or block-repetitive chain share one solution.
+
+    Internally the chain has n + 1 layers: layer n is the loss (a_n: size 0, cost 0; its
+    backward node b_n is the loss node, whose output g_n = L is the gradient above b_{n-1}).
+    So the forward pass is the sweep of stage b_n and nothing about the loss is special.
     """
 
     def __init__(self, chain: Chain):
         self.c = chain
-        n = chain.n
+        n = self.n = chain.n + 1
+        self.mem = chain.fwd_mem + (0.0,)
+        self.fcost = chain.fwd_cost + (0.0,)
+        self.fws = chain.fwd_ws + (0.0,)
+        self.grad = chain.grad_mem + (0.0,)  # grad[k]: output of b_k; grad[n]: nothing above
+        self.bcost = chain.bwd_cost + (chain.loss_cost,)
+        self.bws = chain.bwd_ws + (chain.loss_ws,)
         self.memo: dict[tuple, _Steps] = {}
         self.cells: list[list[list]] = [[[None] * n for _ in range(n)] for _ in (0, 1)]
+        self.drop_cells: dict[tuple, _Steps] = {}
         self.solves = 0
-        self.fwd_prefix = _prefix(chain.fwd_cost)
-        self.bwd_prefix = _prefix(chain.bwd_cost)
-        self.need, self.store_peak = _range_tables(chain)
-        self.base = [0.0] + list(chain.fwd_mem[:n - 1])  # base[s]: size of a_{s-1}
-        self.segment_id = _segment_ids(chain, self.base)
+        self.fp = _prefix(self.fcost)
+        self.bp = _prefix(self.bcost)
+        self.base = [0.0] + list(self.mem[:n - 1])  # base[s]: size of a_{s-1}
+        self.need, self.store_peak = _range_tables(self)
+        # own[m][t]: the largest of b_m..b_t's own candidates (need without a held base)
+        self.own = [[max(self.need[k][k] for k in range(m, t + 1)) if t >= m else -INF
+                     for t in range(n)] for m in range(n)]
+        self.segment_id = _segment_ids(self)
 
     def store_cost(self, s: int, t: int, top: int) -> float:
         """Cost of stages b_t..b_s when every value is stored: each node once."""
-        fwd = self.fwd_prefix[t + 1 - top] - self.fwd_prefix[s]
-        return fwd + self.bwd_prefix[t + 1] - self.bwd_prefix[s]
+        return self.fp[t + 1 - top] - self.fp[s] + self.bp[t + 1] - self.bp[s]
 
     def best(self, s: int, t: int, top: int, budget: float,
              cutoff: float = INF) -> tuple[float, float]:
-        """(least cost, peak of the schedule that reaches it) of backward stages b_t..b_s
-        within ``budget`` (see the module docstring). Branch and bound: when the least cost
-        is above ``cutoff`` (the caller has no use for a dearer answer) the search may stop
-        once it proves that, and returns (a lower bound above the cutoff, inf). (inf, inf):
-        nothing fits."""
+        """(least cost, peak of the schedule that reaches it) of state seg(s, t, top) within
+        ``budget`` (see the module docstring). Branch and bound: when the least cost is above
+        ``cutoff`` (the caller has no use for a dearer answer) the search may stop once it
+        proves that, and returns (a lower bound above the cutoff, inf). (inf, inf): nothing
+        fits."""
         if budget < self.need[s][t]:
             return INF, INF
         if budget >= self.store_peak[top][s][t]:
             return self.store_cost(s, t, top), self.store_peak[top][s][t]
         steps = self.cells[top][s][t] or self.steps(s, t, top)
+        return self._lookup(steps, budget, cutoff, self._split, (s, t, top))
+
+    def drop(self, u: int, t: int, top: int, m: int, e: int, budget: float,
+             cutoff: float = INF) -> tuple[float, float]:
+        """``best`` for state drop(u, t, top, m, e): stages b_t..b_m (m > u) from base
+        a_{u-1}, freed after its last read, ending with a_{m-1} resident iff ``e``."""
+        if budget < self.own[m][t]:
+            return INF, INF
+        key = (u, t, top, m, e)
+        steps = self.drop_cells.get(key)
+        if steps is None:
+            content = ("d", self.segment_id[u][t], top, m - u, e)
+            steps = self.drop_cells[key] = self.memo.setdefault(content, _Steps())
+        return self._lookup(steps, budget, cutoff, self._split_drop, key)
+
+    def _lookup(self, steps: "_Steps", budget: float, cutoff: float, split, state):
+        """The interval store's answer at ``budget``, solving (``split``) on a miss."""
         i = bisect_right(steps.low, budget) - 1
         if i < 0 or budget > steps.high[i]:
             known = steps.bound(budget, i)
-            if known > cutoff:
+            if known > cutoff or known == INF:  # (inf: proven infeasible)
                 return known, INF
             # the schedule of the interval below fits too: the answer unless beaten
             below = (steps.cost[i], steps.low[i], steps.choice[i]) if i >= 0 else (INF, INF, None)
-            if below[0] <= known:  # and nothing can beat it
+            if i >= 0 and below[0] <= known:  # and nothing can beat it
                 steps.high[i] = budget
                 return steps.answer(i)
             self.solves += 1
-            cost, peak, choice = self._split(s, t, top, budget, cutoff, below)
+            cost, peak, choice = split(*state, budget, cutoff, below)
             if choice is None and cutoff < INF:
                 steps.add_bound(budget, cost)
                 return cost, INF
@@ -192,30 +223,27 @@ class _ChainDP:
         return steps.answer(i)
 
     def steps(self, s: int, t: int, top: int) -> "_Steps":
-        """The interval store of state (s, t, top), shared by every segment with its content."""
-        key = (self.segment_id[s][t], top)
-        steps = self.memo.get(key)
-        if steps is None:
-            steps = self.memo[key] = _Steps()
+        """The interval store of state seg(s, t, top), shared by every segment with its
+        content."""
+        steps = self.memo.setdefault((self.segment_id[s][t], top), _Steps())
         self.cells[top][s][t] = steps
         return steps
 
     def _split(self, s: int, t: int, top: int, budget: float, cutoff: float, incumbent):
-        """Try every first checkpoint j in s..t-1 of the forward sweep of stage b_t; return
-        (cost, peak, (j - s, keep)) of the cheapest, the lower peak among equal costs, or
-        (a lower bound, inf, None) if none costs at most ``cutoff``. ``incumbent``: (cost,
-        peak, choice) of a schedule known to fit, returned unless something beats it. (The
-        hot loop of the solver: table lookups are inlined.)"""
-        c, need, store_peak, best_of = self.c, self.need, self.store_peak[top], self.best
-        mem, fwd_cost, fp, bp = c.fwd_mem, c.fwd_cost, self.fwd_prefix, self.bwd_prefix
+        """Try every first checkpoint j in s..t-1 of the sweep of stage b_t and every end
+        m' of the part above it (m' = j + 1: it runs to b_{j+1} keeping a_j; m' > j + 1: it
+        drops a_j); return (cost, peak, (j - s, m' - s, e')) of the cheapest, the lower peak
+        among equal costs, or (a lower bound, inf, None) if none costs at most ``cutoff``.
+        ``incumbent``: (cost, peak, choice) of a schedule known to fit, returned unless
+        something beats it. (The hot loop of the solver: table lookups are inlined.)"""
+        need, store_peak, best_of, drop_of = self.need, self.store_peak[top], self.best, self.drop
+        mem, fws, fc, fp, bp = self.mem, self.fws, self.fcost, self.fp, self.bp
         base = self.base[s]
-        # the top segment's sweep is the forward pass itself: no gradient exists yet
-        above = c.grad_mem[t + 1] if t < c.n - 1 else 0.0
-        extra = base + above + (mem[t] if top else 0.0)
+        extra = base + self.grad[t + 1] + (mem[t] if top else 0.0)
         up_budget, up_tail, low_head = budget - base, fp[t + 1 - top] + bp[t + 1], fp[s] + bp[s]
-        # Every node of the segment runs once, and a_s..a_{j-1}, which the sweep does not
-        # store, run again below j: ``floor + sweep before j`` bounds choice j from below and
-        # grows with j, so the loop stops once it passes the best total found.
+        # Every node of the segment runs once, and a_s..a_{m'-1-e'} run again below the part
+        # above: ``floor + forward cost of s..m'-1-e'`` bounds a choice from below and grows
+        # with m' >= j + 1, so the loops stop once it passes the best total found.
         floor = up_tail - low_head
         # slack: a cutoff passed down must not drop a tie lost to float rounding
         best, best_peak, choice = cutoff + _SLACK * abs(cutoff), INF, None
@@ -226,65 +254,174 @@ class _ChainDP:
             if floor + run_cost > best:
                 least = min(least, floor + run_cost)
                 break
-            pair = (mem[j - 1] + mem[j] if j > s else mem[j]) + c.fwd_ws[j]
-            run_peak = max(run_peak, extra + pair)
-            run_cost += fwd_cost[j]
+            run_peak = max(run_peak, extra + (mem[j - 1] if j > s else 0.0) + mem[j] + fws[j])
+            run_cost += fc[j]
             if run_peak > budget:
                 break
             u = j + 1
-            if up_budget < need[u][t]:
-                continue
-            low_least = fp[j] + bp[u] - low_head  # the part below stores everything
-            if up_budget >= store_peak[u][t]:
-                upper, up_peak = run_cost + up_tail - fp[u] - bp[u], store_peak[u][t]
-            else:
-                upper, up_peak = best_of(u, t, top, up_budget, best - run_cost - low_least)
-                upper += run_cost
-            if up_peak == INF or upper + low_least > best:
-                least = min(least, upper + low_least)
-                continue
-            for keep in (1, 0):
-                low_cost, low_peak = best_of(s, j, keep, budget, best - upper)
-                total = upper + low_cost
-                if low_peak == INF or total > best:
-                    least = min(least, total)
-                    continue
-                peak = max(run_peak, base + up_peak, low_peak)
-                if total < best or peak < best_peak:
-                    best, best_peak, choice = total, peak, (j - s, keep)
+            for mp in range(u, t + 1):
+                for e in (1, 0):
+                    rest_least = fp[mp - e] - fp[s] + bp[mp] - bp[s]
+                    bound = floor + fp[mp - e] - fp[s]
+                    if bound > best:
+                        least = min(least, bound)
+                        continue
+                    if mp == u:
+                        if up_budget >= store_peak[u][t]:
+                            upper, up_peak = up_tail - fp[u] - bp[u], store_peak[u][t]
+                        else:
+                            upper, up_peak = best_of(u, t, top, up_budget,
+                                                     best - run_cost - rest_least)
+                    else:
+                        upper, up_peak = drop_of(u, t, top, mp, e, up_budget,
+                                                 best - run_cost - rest_least)
+                    upper += run_cost
+                    if up_peak == INF or upper + rest_least > best:
+                        least = min(least, upper + rest_least)
+                        continue
+                    low_cost, low_peak = best_of(s, mp - 1, e, budget, best - upper)
+                    total = upper + low_cost
+                    if low_peak == INF or total > best:
+                        least = min(least, total)
+                        continue
+                    peak = max(run_peak, base + up_peak, low_peak)
+                    if total < best or peak < best_peak:
+                        best, best_peak, choice = total, peak, (j - s, mp - s, e)
+                if floor + fp[mp] - fp[s] > best:
+                    least = min(least, floor + fp[mp] - fp[s])
+                    break
+        return (best, best_peak, choice) if choice else (least, INF, None)
+
+    def _split_drop(self, u: int, t: int, top: int, m: int, e: int, budget: float,
+                    cutoff: float, incumbent):
+        """``_split`` for drop(u, t, top, m, e): first checkpoint j, end m' >= m of the part
+        above it (with a_{m'-1} kept iff e'); m' = m: nothing below reads the base again, so it
+        is freed right after the sweep computes a_u; m' > m: drop(u, m'-1, e', m, e) follows.
+        Choice: (j - u, m' - u, e')."""
+        best_of, drop_of = self.best, self.drop
+        mem, fws, fc, fp, bp = self.mem, self.fws, self.fcost, self.fp, self.bp
+        base = self.base[u]
+        extra = base + self.grad[t + 1] + (mem[t] if top else 0.0)
+        floor = fp[t + 1 - top] - fp[u] + bp[t + 1] - bp[m]  # every node once
+        best, best_peak, choice = cutoff + _SLACK * abs(cutoff), INF, None
+        if incumbent[0] <= best:
+            best, best_peak, choice = incumbent
+        if floor > best:
+            return floor, INF, None
+        run_cost, run_peak, early_peak, least = 0.0, 0.0, 0.0, INF
+        for j in range(u, t):
+            pair = mem[j] + fws[j]
+            run_peak = max(run_peak, extra + (mem[j - 1] if j > u else 0.0) + pair)
+            early_peak = max(early_peak, extra + (mem[j - 1] - base if j > u else 0.0) + pair)
+            run_cost += fc[j]
+            if early_peak > budget:
+                break
+            for mp in range(max(j + 1, m), t + 1):
+                early = mp == m
+                if not early and run_peak > budget:
+                    break
+                bound = floor + (0.0 if early else fp[mp - 1] - fp[u])
+                if bound > best:
+                    least = min(least, bound)
+                    break
+                up_budget = budget if early else budget - base
+                for e2 in ((e,) if early else (1, 0)):
+                    rest_least = 0.0 if early else fp[mp - e2] - fp[u] + bp[mp] - bp[m]
+                    cut = best - run_cost - rest_least
+                    if mp == j + 1:
+                        upper, up_peak = best_of(j + 1, t, top, up_budget, cut)
+                    else:
+                        upper, up_peak = drop_of(j + 1, t, top, mp, e2, up_budget, cut)
+                    upper += run_cost
+                    if up_peak == INF or upper + rest_least > best:
+                        least = min(least, upper + rest_least)
+                        continue
+                    if early:
+                        total, peak = upper, max(early_peak, up_peak)
+                    else:
+                        low_cost, low_peak = drop_of(u, mp - 1, e2, m, e, budget, best - upper)
+                        total = upper + low_cost
+                        if low_peak == INF or total > best:
+                            least = min(least, total)
+                            continue
+                        peak = max(run_peak, base + up_peak, low_peak)
+                    if total < best or peak < best_peak:
+                        best, best_peak, choice = total, peak, (j - u, mp - u, e2)
         return (best, best_peak, choice) if choice else (least, INF, None)
 
     # ----- schedule reconstruction -------------------------------------------------------
     def stage_of(self, t: int, node: int) -> int:
         """Stage of a forward computation in the sweep that serves b_t (the forward pass for
-        the top segment, stage b_t otherwise)."""
+        b_n, the loss; stage b_t otherwise)."""
         n = self.c.n
-        return node if t == n - 1 else 2 * n - t
+        return node if t == n else 2 * n - t
+
+    def _sweep_ops(self, t: int, first: int, last: int, ops: list) -> None:
+        ops += [(self.stage_of(t, i), i) for i in range(first, last + 1) if i < self.c.n]
 
     def recomputed(self, s: int, t: int, top: int, budget: float, ops: list) -> None:
         """Append the (stage, node) forward computations of ``best(s, t, top, budget)``."""
         if budget >= self.store_peak[top][s][t]:
-            ops += [(self.stage_of(t, i), i) for i in range(s, t + 1 - top)]
+            self._sweep_ops(t, s, t - top, ops)
             return
         self.best(s, t, top, budget)  # solved already unless float rounding moved the budget
         steps = self.steps(s, t, top)
-        offset, keep = steps.choice[steps.find(budget)]
-        j = s + offset
-        ops += [(self.stage_of(t, i), i) for i in range(s, j + 1)]
-        self.recomputed(j + 1, t, top, budget - self.base[s], ops)
-        self.recomputed(s, j, keep, budget, ops)
+        dj, dm, e = steps.choice[steps.find(budget)]
+        j, mp = s + dj, s + dm
+        self._sweep_ops(t, s, j, ops)
+        if mp == j + 1:
+            self.recomputed(j + 1, t, top, budget - self.base[s], ops)
+        else:
+            self.recomputed_drop(j + 1, t, top, mp, e, budget - self.base[s], ops)
+        self.recomputed(s, mp - 1, e, budget, ops)
 
-    def min_peak(self) -> float:
-        """The smallest peak above static memory of any schedule in the DP's class (an upper
-        bound on the graph's true smallest budget, which non-persistent schedules may beat).
+    def recomputed_drop(self, u: int, t: int, top: int, m: int, e: int, budget: float,
+                        ops: list) -> None:
+        """``recomputed`` for state drop(u, t, top, m, e)."""
+        self.drop(u, t, top, m, e, budget)
+        steps = self.drop_cells[(u, t, top, m, e)]
+        dj, dm, e2 = steps.choice[steps.find(budget)]
+        j, mp = u + dj, u + dm
+        self._sweep_ops(t, u, j, ops)
+        up_budget = budget if mp == m else budget - self.base[u]
+        if mp == j + 1:
+            self.recomputed(j + 1, t, top, up_budget, ops)
+        else:
+            self.recomputed_drop(j + 1, t, top, mp, e2, up_budget, ops)
+        if mp > m:
+            self.recomputed_drop(u, mp - 1, e2, m, e, budget, ops)
 
-        The same recursion as ``best`` with max for + and no costs, by segment length, every
-        segment of one length at once (numpy): ``peak[top][s, t]``."""
-        c, n = self.c, self.c.n
-        mem, base = np.array(c.fwd_mem), np.array(self.base)
-        above = np.array(c.grad_mem[1:n] + (0.0,))  # above[t]: gradient over segment ..t
+    def min_peak(self, whole: bool) -> float:
+        """The smallest peak above static memory of any schedule (the DP's class is all of
+        them, module docstring). The best persistent schedule's peak
+        (``_persistent_min_peak``) is reachable; below it, bisection on the DP's own
+        feasibility down to ``need`` (below it nothing fits). ``whole``: every size is a whole
+        number of bytes, so peaks are whole and the bisection is exact; otherwise it stops at
+        a relative 1e-12 above a budget found infeasible."""
+        root = (0, self.n - 1, 0)
+        high = self._persistent_min_peak()
+        low = self.need[0][self.n - 1] - (1.0 if whole else 0.0)  # known infeasible (or need)
+        probe = high - 1.0 if whole else None
+        while high - low > (1.0 if whole else 1e-12 * abs(high)):
+            if probe is None:
+                probe = math.floor((low + high) / 2) if whole else (low + high) / 2
+            cost, peak = self.best(*root, probe)
+            if cost < INF:
+                high = peak
+            else:
+                low = probe
+            probe = None
+        return high
+
+    def _persistent_min_peak(self) -> float:
+        """The smallest peak of a persistent schedule (no ``drop`` states): the recursion of
+        ``best`` with max for + and no costs, by segment length, every segment of one length
+        at once (numpy): ``peak[top][s, t]``."""
+        n = self.n
+        mem, base = np.array(self.mem), np.array(self.base)
+        above = np.array(self.grad[1:n + 1])  # above[t]: gradient over segment ..t
         peak = np.full((2, n, n), INF)
-        workspace = np.array(c.fwd_ws)
+        workspace = np.array(self.fws)
         for top in (0, 1):
             peak[top, range(n), range(n)] = np.diag(np.array(self.store_peak[top]))
         for length in range(1, n):
@@ -369,39 +506,35 @@ def _prefix(values) -> list[float]:
     return out
 
 
-def _segment_ids(chain: Chain, base: list[float]) -> list[list[int]]:
+def _segment_ids(dp: _ChainDP) -> list[list[int]]:
     """``ids[s][t]``: equal for two segments exactly when their DP subproblems are identical
-    (same base size, same layer costs and sizes in order, same gradient above, both or neither
-    the top segment)."""
-    n = chain.n
-    layers = [(chain.fwd_cost[k], chain.fwd_mem[k], chain.grad_mem[k], chain.bwd_cost[k],
-               chain.fwd_ws[k], chain.bwd_ws[k]) for k in range(n)]
+    (same base size, same layer costs and sizes in order, same gradient above)."""
+    n = dp.n
+    layers = [(dp.fcost[k], dp.mem[k], dp.grad[k], dp.bcost[k], dp.fws[k], dp.bws[k])
+              for k in range(n)]
     interned: dict[tuple, int] = {}
     ids = [[-1] * n for _ in range(n)]
     for s in range(n):
-        prefix = interned.setdefault(("base", base[s]), len(interned))
+        prefix = interned.setdefault(("base", dp.base[s]), len(interned))
         for t in range(s, n):
             prefix = interned.setdefault((prefix, layers[t]), len(interned))
-            top_segment = t == n - 1
-            ids[s][t] = interned.setdefault((prefix, chain.grad_mem[t + 1], top_segment),
-                                            len(interned))
+            ids[s][t] = interned.setdefault((prefix, "above", dp.grad[t + 1]), len(interned))
     return ids
 
 
-def _range_tables(chain: Chain) -> tuple[list[list[float]], list[list[list[float]]]]:
-    """``need[s][t]``: the largest candidate of one backward node b_k (or the loss), s <= k <= t
-    (with base a_{s-1}), counting only its operands, output and workspace: a lower bound for
-    every schedule. ``store_peak[top][s][t]``: the exact peak of stages b_t..b_s when every
-    value is stored (each forward node of the sweep with its workspace, then each b_k)."""
-    n, m, g = chain.n, chain.fwd_mem, chain.grad_mem
+def _range_tables(dp: _ChainDP) -> tuple[list[list[float]], list[list[list[float]]]]:
+    """``need[s][t]``: the largest candidate of one backward node b_k, s <= k <= t (with base
+    a_{s-1}), counting only its operands, output and workspace: a lower bound for every
+    schedule of stages b_t..b_s. ``store_peak[top][s][t]``: the exact peak of stages
+    b_t..b_s when every value is stored (each forward node of the sweep with its workspace,
+    then each b_k)."""
+    n, m, g = dp.n, dp.mem, dp.grad
     prefix = _prefix(m)
-    # what b_k allocates besides its operands; the loss, like b_{n-1}, reads a_{n-1} and L
-    out = [g[k] + chain.bwd_ws[k] for k in range(n)]
-    out[n - 1] = max(out[n - 1], chain.loss_ws)
+    out = [g[k] + dp.bws[k] for k in range(n)]  # what b_k allocates besides its operands
     need = [[INF] * n for _ in range(n)]
     store = [[[INF] * n for _ in range(n)] for _ in (0, 1)]
     for s in range(n):
-        base = m[s - 1] if s else 0.0
+        base = dp.base[s]
         operands = m[s] + g[s + 1] + out[s]
         stored = prefix[s + 1] + g[s + 1] + out[s]
         sweep = -INF  # largest prefix(s..i) + fws[i] over the sweep's nodes so far
@@ -409,32 +542,52 @@ def _range_tables(chain: Chain) -> tuple[list[list[float]], list[list[list[float
             if t > s:
                 operands = max(operands, m[t - 1] + m[t] + g[t + 1] + out[t])
                 stored = max(stored, prefix[t + 1] + g[t + 1] + out[t])
-            above = base + (g[t + 1] if t < n - 1 else 0.0) - prefix[s]
+            above = base + g[t + 1] - prefix[s]
             need[s][t] = base + operands
             # top=1: a_t is resident, the sweep stops at f_{t-1}; top=0: it computes f_t too
             store[1][s][t] = max(base - prefix[s] + stored, above + m[t] + sweep)
-            sweep = max(sweep, prefix[t + 1] + chain.fwd_ws[t])
+            sweep = max(sweep, prefix[t + 1] + dp.fws[t])
             store[0][s][t] = max(base - prefix[s] + stored, above + sweep)
     return need, store
 
 
-def usable(chain: Chain, free_mem: float) -> float:
-    """``free_mem`` rounded down to whole bytes when every size is whole: then every peak the
-    DP adds up is an exact integer in float arithmetic, so ``budget - base`` and ``base +
-    peak`` round-trip and the interval bookkeeping is exact."""
+def whole_sizes(chain: Chain) -> bool:
+    """True when every size is a whole number of bytes (then every peak the DP adds up is an
+    exact integer in float arithmetic)."""
     sizes = chain.fwd_mem + chain.grad_mem + chain.fwd_ws + chain.bwd_ws + (chain.loss_ws,)
-    if math.isfinite(free_mem) and all(float(v).is_integer() and abs(v) < 2 ** 50 for v in sizes):
+    return all(float(v).is_integer() and abs(v) < 2 ** 50 for v in sizes)
+
+
+def usable(chain: Chain, free_mem: float) -> float:
+    """``free_mem`` rounded down to whole bytes when every size is whole: then ``budget -
+    base`` and ``base + peak`` round-trip and the interval bookkeeping is exact."""
+    if math.isfinite(free_mem) and whole_sizes(chain):
         return float(math.floor(free_mem))
     return free_mem
 
 
+def _deep_recursion(chain: Chain):
+    """The recursion nests about 3 frames per layer on each of its two kinds of state."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 60 * chain.n + 1000))
+    return limit
+
+
 def optimal_cost(chain: Chain, free_mem: float) -> tuple[float, _ChainDP]:
     """The least compute cost within ``free_mem`` bytes above static memory (inf if none)."""
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 20 * chain.n + 1000))
+    limit = _deep_recursion(chain)
     try:
         dp = _ChainDP(chain)
-        return dp.best(0, chain.n - 1, 0, usable(chain, free_mem))[0] + chain.loss_cost, dp
+        return dp.best(0, dp.n - 1, 0, usable(chain, free_mem))[0], dp
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def min_free_mem(dp: _ChainDP) -> float:
+    """The smallest peak above static memory of any schedule of ``dp``'s chain."""
+    limit = _deep_recursion(dp.c)
+    try:
+        return dp.min_peak(whole_sizes(dp.c))
     finally:
         sys.setrecursionlimit(limit)
 
@@ -443,7 +596,11 @@ def schedule(graph: RematGraph, dp: _ChainDP, free_mem: float) -> tuple[np.ndarr
     """R/S of the optimal schedule the DP found (every node in its own stage, plus the
     forward recomputations of the backward stages)."""
     ops: list[tuple[int, int]] = []
-    dp.recomputed(0, dp.c.n - 1, 0, usable(dp.c, free_mem), ops)
+    limit = _deep_recursion(dp.c)
+    try:
+        dp.recomputed(0, dp.n - 1, 0, usable(dp.c, free_mem), ops)
+    finally:
+        sys.setrecursionlimit(limit)
     R = np.eye(graph.size, dtype=bool)
     for stage, node in ops:
         R[stage, node] = True
@@ -456,7 +613,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     free_mem = float(budget) - graph.static_mem
     cost, dp = optimal_cost(chain, free_mem)
     if cost == INF:
-        least = graph.static_mem + dp.min_peak()
+        least = graph.static_mem + min_free_mem(dp)
         return Solution.infeasible(graph, "chain-dp", budget, min_budget=least,
                                    solve_time=time.perf_counter() - start)
     R, S = schedule(graph, dp, free_mem)
