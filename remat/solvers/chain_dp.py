@@ -59,6 +59,7 @@ import sys
 import time
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -229,125 +230,116 @@ class _ChainDP:
         self.cells[top][s][t] = steps
         return steps
 
+    def _sweep(self, s: int, t: int, top: int, budget: float):
+        """The forward sweep of stage b_t from base a_{s-1}, for j = s, s+1, ... while it fits
+        with the base freed after computing a_s: (cost through a_j, peak with the base held,
+        peak with the base freed after a_s), one list entry per j."""
+        mem, fws, fc = self.mem, self.fws, self.fcost
+        base = self.base[s]
+        extra = base + self.grad[t + 1] + (mem[t] if top else 0.0)
+        costs, held, freed = [], [], []
+        cost = peak = early = extra + mem[s] + fws[s]
+        cost = 0.0
+        for j in range(s, t):
+            if j > s:
+                pair = mem[j - 1] + mem[j] + fws[j]
+                peak, early = max(peak, extra + pair), max(early, extra - base + pair)
+            if early > budget:
+                break
+            cost += fc[j]
+            costs.append(cost)
+            held.append(peak)
+            freed.append(early)
+        return costs, held, freed
+
     def _split(self, s: int, t: int, top: int, budget: float, cutoff: float, incumbent):
         """Try every first checkpoint j in s..t-1 of the sweep of stage b_t and every end
         m' of the part above it (m' = j + 1: it runs to b_{j+1} keeping a_j; m' > j + 1: it
         drops a_j); return (cost, peak, (j - s, m' - s, e')) of the cheapest, the lower peak
         among equal costs, or (a lower bound, inf, None) if none costs at most ``cutoff``.
         ``incumbent``: (cost, peak, choice) of a schedule known to fit, returned unless
-        something beats it. (The hot loop of the solver: table lookups are inlined.)"""
-        need, store_peak, best_of, drop_of = self.need, self.store_peak[top], self.best, self.drop
-        mem, fws, fc, fp, bp = self.mem, self.fws, self.fcost, self.fp, self.bp
-        base = self.base[s]
-        extra = base + self.grad[t + 1] + (mem[t] if top else 0.0)
-        up_budget, up_tail, low_head = budget - base, fp[t + 1 - top] + bp[t + 1], fp[s] + bp[s]
-        # Every node of the segment runs once, and a_s..a_{m'-1-e'} run again below the part
-        # above: ``floor + forward cost of s..m'-1-e'`` bounds a choice from below and grows
-        # with m' >= j + 1, so the loops stop once it passes the best total found.
-        floor = up_tail - low_head
-        # slack: a cutoff passed down must not drop a tie lost to float rounding
-        best, best_peak, choice = cutoff + _SLACK * abs(cutoff), INF, None
-        if incumbent[0] <= best:
-            best, best_peak, choice = incumbent
-        run_cost, run_peak, least = 0.0, 0.0, INF  # least: bound on the choices cut off
-        for j in range(s, t):
-            if floor + run_cost > best:
-                least = min(least, floor + run_cost)
+        something beats it.
+
+        Every node of the segment runs once, and a_s..a_{m'-1-e'} run again below the part
+        above: ``floor + forward cost of s..m'-1-e'`` bounds a choice from below and grows
+        with m', so the loops stop once it passes the best total found."""
+        fp, bp, base = self.fp, self.bp, self.base[s]
+        costs, held, _ = self._sweep(s, t, top, budget)
+        floor = fp[t + 1 - top] - fp[s] + bp[t + 1] - bp[s]
+        run = _Search(cutoff, incumbent)
+        up_budget = budget - base
+        for k, (run_cost, run_peak) in enumerate(zip(costs, held)):  # m' = j + 1
+            j = s + k
+            if run_peak > budget or run.stop(floor + fp[j] - fp[s]):
                 break
-            run_peak = max(run_peak, extra + (mem[j - 1] if j > s else 0.0) + mem[j] + fws[j])
-            run_cost += fc[j]
-            if run_peak > budget:
+            rest_least = fp[j] - fp[s] + bp[j + 1] - bp[s]
+            upper, up_peak = self.best(j + 1, t, top, up_budget, run.best - run_cost - rest_least)
+            upper += run_cost
+            if run.missed(upper + rest_least, up_peak):
+                continue
+            for keep in (1, 0):
+                low_cost, low_peak = self.best(s, j, keep, budget, run.best - upper)
+                if not run.missed(upper + low_cost, low_peak):
+                    run.offer(upper + low_cost, max(run_peak, base + up_peak, low_peak),
+                              (k, k + 1, keep))
+        above_least = fp[t + 1 - top] - fp[s] + bp[t + 1]  # less bp[m']: sweep + part above
+        for mp in range(s + 2, t + 1):  # m' > j + 1: the part above drops a_j
+            if run.stop(floor + fp[mp - 1] - fp[s]):
                 break
-            u = j + 1
-            for mp in range(u, t + 1):
-                for e in (1, 0):
-                    rest_least = fp[mp - e] - fp[s] + bp[mp] - bp[s]
-                    bound = floor + fp[mp - e] - fp[s]
-                    if bound > best:
-                        least = min(least, bound)
-                        continue
-                    if mp == u:
-                        if up_budget >= store_peak[u][t]:
-                            upper, up_peak = up_tail - fp[u] - bp[u], store_peak[u][t]
-                        else:
-                            upper, up_peak = best_of(u, t, top, up_budget,
-                                                     best - run_cost - rest_least)
-                    else:
-                        upper, up_peak = drop_of(u, t, top, mp, e, up_budget,
-                                                 best - run_cost - rest_least)
-                    upper += run_cost
-                    if up_peak == INF or upper + rest_least > best:
-                        least = min(least, upper + rest_least)
-                        continue
-                    low_cost, low_peak = best_of(s, mp - 1, e, budget, best - upper)
-                    total = upper + low_cost
-                    if low_peak == INF or total > best:
-                        least = min(least, total)
-                        continue
-                    peak = max(run_peak, base + up_peak, low_peak)
-                    if total < best or peak < best_peak:
-                        best, best_peak, choice = total, peak, (j - s, mp - s, e)
-                if floor + fp[mp] - fp[s] > best:
-                    least = min(least, floor + fp[mp] - fp[s])
-                    break
-        return (best, best_peak, choice) if choice else (least, INF, None)
+            for e in (1, 0):
+                if run.stop(floor + fp[mp - e] - fp[s]):
+                    continue
+                rest, rest_peak = self.best(s, mp - 1, e, budget, run.best - above_least + bp[mp])
+                if run.missed(above_least - bp[mp] + rest, rest_peak):
+                    continue
+                for k in range(min(mp - 1 - s, len(costs))):
+                    if held[k] > budget:
+                        break
+                    upper, up_peak = self.drop(s + k + 1, t, top, mp, e, up_budget,
+                                               run.best - costs[k] - rest)
+                    total = costs[k] + upper + rest
+                    if not run.missed(total, up_peak):
+                        run.offer(total, max(held[k], base + up_peak, rest_peak), (k, mp - s, e))
+        return run.result()
 
     def _split_drop(self, u: int, t: int, top: int, m: int, e: int, budget: float,
                     cutoff: float, incumbent):
         """``_split`` for drop(u, t, top, m, e): first checkpoint j, end m' >= m of the part
         above it (with a_{m'-1} kept iff e'); m' = m: nothing below reads the base again, so it
-        is freed right after the sweep computes a_u; m' > m: drop(u, m'-1, e', m, e) follows.
-        Choice: (j - u, m' - u, e')."""
-        best_of, drop_of = self.best, self.drop
-        mem, fws, fc, fp, bp = self.mem, self.fws, self.fcost, self.fp, self.bp
-        base = self.base[u]
-        extra = base + self.grad[t + 1] + (mem[t] if top else 0.0)
+        is freed right after the sweep computes a_u; m' > m: drop(u, m'-1, e', m, e) follows,
+        the base held until then. Choice: (j - u, m' - u, e')."""
+        fp, bp, base = self.fp, self.bp, self.base[u]
+        costs, held, freed = self._sweep(u, t, top, budget)
         floor = fp[t + 1 - top] - fp[u] + bp[t + 1] - bp[m]  # every node once
-        best, best_peak, choice = cutoff + _SLACK * abs(cutoff), INF, None
-        if incumbent[0] <= best:
-            best, best_peak, choice = incumbent
-        if floor > best:
-            return floor, INF, None
-        run_cost, run_peak, early_peak, least = 0.0, 0.0, 0.0, INF
-        for j in range(u, t):
-            pair = mem[j] + fws[j]
-            run_peak = max(run_peak, extra + (mem[j - 1] if j > u else 0.0) + pair)
-            early_peak = max(early_peak, extra + (mem[j - 1] - base if j > u else 0.0) + pair)
-            run_cost += fc[j]
-            if early_peak > budget:
+        run = _Search(cutoff, incumbent)
+        if run.stop(floor):
+            return run.result()
+        for k in range(min(m - u, len(costs))):  # m' = m
+            part = self.best if m == u + k + 1 else partial(self.drop, m=m, e=e)
+            upper, up_peak = part(u + k + 1, t, top, budget=budget, cutoff=run.best - costs[k])
+            if not run.missed(costs[k] + upper, up_peak):
+                run.offer(costs[k] + upper, max(freed[k], up_peak), (k, m - u, e))
+        up_budget, above_least = budget - base, fp[t + 1 - top] - fp[u] + bp[t + 1]
+        for mp in range(m + 1, t + 1):  # m' > m
+            if run.stop(floor + fp[mp - 1] - fp[u]):
                 break
-            for mp in range(max(j + 1, m), t + 1):
-                early = mp == m
-                if not early and run_peak > budget:
-                    break
-                bound = floor + (0.0 if early else fp[mp - 1] - fp[u])
-                if bound > best:
-                    least = min(least, bound)
-                    break
-                up_budget = budget if early else budget - base
-                for e2 in ((e,) if early else (1, 0)):
-                    rest_least = 0.0 if early else fp[mp - e2] - fp[u] + bp[mp] - bp[m]
-                    cut = best - run_cost - rest_least
-                    if mp == j + 1:
-                        upper, up_peak = best_of(j + 1, t, top, up_budget, cut)
-                    else:
-                        upper, up_peak = drop_of(j + 1, t, top, mp, e2, up_budget, cut)
-                    upper += run_cost
-                    if up_peak == INF or upper + rest_least > best:
-                        least = min(least, upper + rest_least)
-                        continue
-                    if early:
-                        total, peak = upper, max(early_peak, up_peak)
-                    else:
-                        low_cost, low_peak = drop_of(u, mp - 1, e2, m, e, budget, best - upper)
-                        total = upper + low_cost
-                        if low_peak == INF or total > best:
-                            least = min(least, total)
-                            continue
-                        peak = max(run_peak, base + up_peak, low_peak)
-                    if total < best or peak < best_peak:
-                        best, best_peak, choice = total, peak, (j - u, mp - u, e2)
-        return (best, best_peak, choice) if choice else (least, INF, None)
+            for e2 in (1, 0):
+                if run.stop(floor + fp[mp - e2] - fp[u]):
+                    continue
+                rest, rest_peak = self.drop(u, mp - 1, e2, m, e, budget,
+                                            run.best - above_least + bp[mp])
+                if run.missed(above_least - bp[mp] + rest, rest_peak):
+                    continue
+                for k in range(min(mp - u, len(costs))):
+                    if held[k] > budget:
+                        break
+                    part = self.best if mp == u + k + 1 else partial(self.drop, m=mp, e=e2)
+                    upper, up_peak = part(u + k + 1, t, top, budget=up_budget,
+                                          cutoff=run.best - costs[k] - rest)
+                    total = costs[k] + upper + rest
+                    if not run.missed(total, up_peak):
+                        run.offer(total, max(held[k], base + up_peak, rest_peak), (k, mp - u, e2))
+        return run.result()
 
     # ----- schedule reconstruction -------------------------------------------------------
     def stage_of(self, t: int, node: int) -> int:
@@ -436,6 +428,43 @@ class _ChainDP:
                 upper = base[s][:, None] + peak[top][j + 1, t[:, None]]
                 peak[top][s, t] = np.maximum(np.maximum(run, upper), lower).min(axis=1)
         return float(peak[0][0, n - 1])
+
+
+class _Search:
+    """The running result of one split: the best (cost, peak, choice) so far (seeded with the
+    caller's cutoff and incumbent) and the least lower bound on the choices cut off."""
+
+    __slots__ = ("best", "peak", "choice", "least")
+
+    def __init__(self, cutoff: float, incumbent):
+        # slack: a cutoff passed down must not drop a tie lost to float rounding
+        self.best, self.peak, self.choice = cutoff + _SLACK * abs(cutoff), INF, None
+        if incumbent[0] <= self.best:
+            self.best, self.peak, self.choice = incumbent
+        self.least = INF
+
+    def stop(self, bound: float) -> bool:
+        """True (and the bound noted) when choices bounded below by ``bound`` cannot win."""
+        if bound > self.best:
+            self.least = min(self.least, bound)
+            return True
+        return False
+
+    def missed(self, total: float, peak: float) -> bool:
+        """True when a (partial) total cannot win: over the best, or a sub-answer that did
+        not fit or was cut off (peak inf; ``total`` is then a lower bound or inf)."""
+        if peak == INF or total > self.best:
+            self.least = min(self.least, total)
+            return True
+        return False
+
+    def offer(self, total: float, peak: float, choice) -> None:
+        """A schedule costing ``total`` <= best: kept if cheaper, or as cheap and lower."""
+        if total < self.best or peak < self.peak:
+            self.best, self.peak, self.choice = total, peak, choice
+
+    def result(self):
+        return (self.best, self.peak, self.choice) if self.choice else (self.least, INF, None)
 
 
 class _Steps:
