@@ -59,7 +59,6 @@ import sys
 import time
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 
@@ -161,7 +160,7 @@ class _ChainDP:
         self.bws = chain.bwd_ws + (chain.loss_ws,)
         self.memo: dict[tuple, _Steps] = {}
         self.cells: list[list[list]] = [[[None] * n for _ in range(n)] for _ in (0, 1)]
-        self.drop_cells: dict[tuple, _Steps] = {}
+        self.cells_by_key: dict[tuple, _Steps] = {}  # held and drop states
         self.solves = 0
         self.fp = _prefix(self.fcost)
         self.bp = _prefix(self.bcost)
@@ -190,18 +189,30 @@ class _ChainDP:
         steps = self.cells[top][s][t] or self.steps(s, t, top)
         return self._lookup(steps, budget, cutoff, self._split, (s, t, top))
 
+    def held(self, s: int, t: int, top: int, m: int, e: int, budget: float,
+             cutoff: float = INF) -> tuple[float, float]:
+        """``best`` for state held(s, t, top, m, e): stages b_t..b_m (m > s) from base a_{s-1},
+        which stays, the sweep of b_t storing one first checkpoint a_j (j < m) and the part
+        above it ending at b_m with a_{m-1} resident iff ``e``."""
+        if budget < self.need[s][t] - self.base[s] + self.base[m] and False:
+            return INF, INF
+        return self._state(("h", s, t, top, m, e), self._split_held, budget, cutoff)
+
     def drop(self, u: int, t: int, top: int, m: int, e: int, budget: float,
              cutoff: float = INF) -> tuple[float, float]:
         """``best`` for state drop(u, t, top, m, e): stages b_t..b_m (m > u) from base
         a_{u-1}, freed after its last read, ending with a_{m-1} resident iff ``e``."""
         if budget < self.own[m][t]:
             return INF, INF
-        key = (u, t, top, m, e)
-        steps = self.drop_cells.get(key)
+        return self._state(("d", u, t, top, m, e), self._split_drop, budget, cutoff)
+
+    def _state(self, key: tuple, split, budget: float, cutoff: float):
+        steps = self.cells_by_key.get(key)
         if steps is None:
-            content = ("d", self.segment_id[u][t], top, m - u, e)
-            steps = self.drop_cells[key] = self.memo.setdefault(content, _Steps())
-        return self._lookup(steps, budget, cutoff, self._split_drop, key)
+            kind, s, t, top, m, e = key
+            content = (kind, self.segment_id[s][t], top, m - s, e)
+            steps = self.cells_by_key[key] = self.memo.setdefault(content, _Steps())
+        return self._lookup(steps, budget, cutoff, split, key[1:])
 
     def _lookup(self, steps: "_Steps", budget: float, cutoff: float, split, state):
         """The interval store's answer at ``budget``, solving (``split``) on a miss."""
@@ -238,8 +249,8 @@ class _ChainDP:
         base = self.base[s]
         extra = base + self.grad[t + 1] + (mem[t] if top else 0.0)
         costs, held, freed = [], [], []
-        cost = peak = early = extra + mem[s] + fws[s]
-        cost = 0.0
+        cost, peak = 0.0, extra + mem[s] + fws[s]  # a_s: the base is still there
+        early = peak
         for j in range(s, t):
             if j > s:
                 pair = mem[j - 1] + mem[j] + fws[j]
@@ -253,92 +264,89 @@ class _ChainDP:
         return costs, held, freed
 
     def _split(self, s: int, t: int, top: int, budget: float, cutoff: float, incumbent):
-        """Try every first checkpoint j in s..t-1 of the sweep of stage b_t and every end
-        m' of the part above it (m' = j + 1: it runs to b_{j+1} keeping a_j; m' > j + 1: it
-        drops a_j); return (cost, peak, (j - s, m' - s, e')) of the cheapest, the lower peak
+        """seg(s, t, top): the first block held(s, t, top, m', e') (stages b_t..b_{m'}), then
+        seg(s, m'-1, e'). Returns (cost, peak, (m' - s, e')) of the cheapest, the lower peak
         among equal costs, or (a lower bound, inf, None) if none costs at most ``cutoff``.
         ``incumbent``: (cost, peak, choice) of a schedule known to fit, returned unless
-        something beats it.
-
-        Every node of the segment runs once, and a_s..a_{m'-1-e'} run again below the part
-        above: ``floor + forward cost of s..m'-1-e'`` bounds a choice from below and grows
-        with m', so the loops stop once it passes the best total found."""
-        fp, bp, base = self.fp, self.bp, self.base[s]
-        costs, held, _ = self._sweep(s, t, top, budget)
+        something beats it. Every node of the segment runs once and a_s..a_{m'-1-e'} run
+        again below the block: ``floor + forward cost of s..m'-1-e'`` bounds a choice from
+        below and grows with m', so the loop stops once it passes the best total found."""
+        fp, bp = self.fp, self.bp
         floor = fp[t + 1 - top] - fp[s] + bp[t + 1] - bp[s]
+        block_least = fp[t + 1 - top] - fp[s] + bp[t + 1]  # less bp[m']
         run = _Search(cutoff, incumbent)
-        up_budget = budget - base
-        for k, (run_cost, run_peak) in enumerate(zip(costs, held)):  # m' = j + 1
-            j = s + k
-            if run_peak > budget or run.stop(floor + fp[j] - fp[s]):
-                break
-            rest_least = fp[j] - fp[s] + bp[j + 1] - bp[s]
-            upper, up_peak = self.best(j + 1, t, top, up_budget, run.best - run_cost - rest_least)
-            upper += run_cost
-            if run.missed(upper + rest_least, up_peak):
-                continue
-            for keep in (1, 0):
-                low_cost, low_peak = self.best(s, j, keep, budget, run.best - upper)
-                if not run.missed(upper + low_cost, low_peak):
-                    run.offer(upper + low_cost, max(run_peak, base + up_peak, low_peak),
-                              (k, k + 1, keep))
-        above_least = fp[t + 1 - top] - fp[s] + bp[t + 1]  # less bp[m']: sweep + part above
-        for mp in range(s + 2, t + 1):  # m' > j + 1: the part above drops a_j
+        for mp in range(s + 1, t + 1):
             if run.stop(floor + fp[mp - 1] - fp[s]):
                 break
             for e in (1, 0):
                 if run.stop(floor + fp[mp - e] - fp[s]):
                     continue
-                rest, rest_peak = self.best(s, mp - 1, e, budget, run.best - above_least + bp[mp])
-                if run.missed(above_least - bp[mp] + rest, rest_peak):
+                rest, rest_peak = self.best(s, mp - 1, e, budget, run.best - block_least + bp[mp])
+                if run.missed(block_least - bp[mp] + rest, rest_peak):
                     continue
-                for k in range(min(mp - 1 - s, len(costs))):
-                    if held[k] > budget:
-                        break
-                    upper, up_peak = self.drop(s + k + 1, t, top, mp, e, up_budget,
-                                               run.best - costs[k] - rest)
-                    total = costs[k] + upper + rest
-                    if not run.missed(total, up_peak):
-                        run.offer(total, max(held[k], base + up_peak, rest_peak), (k, mp - s, e))
+                block, block_peak = self.held(s, t, top, mp, e, budget, run.best - rest)
+                if not run.missed(block + rest, block_peak):
+                    run.offer(block + rest, max(block_peak, rest_peak), (mp - s, e))
+        return run.result()
+
+    def _split_held(self, s: int, t: int, top: int, m: int, e: int, budget: float,
+                    cutoff: float, incumbent):
+        """held(s, t, top, m, e): the sweep of b_t stores a_j first (j < m); the part above
+        it is seg(j+1, t, top) if m = j + 1 (then a_j stays iff e), else drop(j+1, t, top, m,
+        e). Choice: (j - s,)."""
+        fp, bp, base = self.fp, self.bp, self.base[s]
+        costs, held, _ = self._sweep(s, t, top, budget)
+        run = _Search(cutoff, incumbent)
+        if run.stop(fp[t + 1 - top] - fp[s] + bp[t + 1] - bp[m]):  # every node once
+            return run.result()
+        up_budget = budget - base
+        for k in range(min(m - s, len(costs))):
+            if held[k] > budget:
+                break
+            j = s + k
+            if m == j + 1:
+                upper, up_peak = self.best(j + 1, t, top, up_budget, run.best - costs[k])
+            else:
+                upper, up_peak = self.drop(j + 1, t, top, m, e, up_budget, run.best - costs[k])
+            if not run.missed(costs[k] + upper, up_peak):
+                run.offer(costs[k] + upper, max(held[k], base + up_peak), (k,))
         return run.result()
 
     def _split_drop(self, u: int, t: int, top: int, m: int, e: int, budget: float,
                     cutoff: float, incumbent):
-        """``_split`` for drop(u, t, top, m, e): first checkpoint j, end m' >= m of the part
-        above it (with a_{m'-1} kept iff e'); m' = m: nothing below reads the base again, so it
-        is freed right after the sweep computes a_u; m' > m: drop(u, m'-1, e', m, e) follows,
-        the base held until then. Choice: (j - u, m' - u, e')."""
-        fp, bp, base = self.fp, self.bp, self.base[u]
-        costs, held, freed = self._sweep(u, t, top, budget)
+        """drop(u, t, top, m, e): either the sweep of b_t stores a_j first (j < m) and
+        nothing below reads the base again, so it is freed right after the sweep computes
+        a_u, the part above being seg(j+1, t, top) (m = j + 1) or drop(j+1, t, top, m, e);
+        choice (0, j - u). Or a first block held(u, t, top, m', e'), m' > m, then
+        drop(u, m'-1, e', m, e); choice (1, m' - u, e')."""
+        fp, bp = self.fp, self.bp
+        costs, _, freed = self._sweep(u, t, top, budget)
         floor = fp[t + 1 - top] - fp[u] + bp[t + 1] - bp[m]  # every node once
         run = _Search(cutoff, incumbent)
         if run.stop(floor):
             return run.result()
-        for k in range(min(m - u, len(costs))):  # m' = m
-            part = self.best if m == u + k + 1 else partial(self.drop, m=m, e=e)
-            upper, up_peak = part(u + k + 1, t, top, budget=budget, cutoff=run.best - costs[k])
+        for k in range(min(m - u, len(costs))):
+            j = u + k
+            if m == j + 1:
+                upper, up_peak = self.best(j + 1, t, top, budget, run.best - costs[k])
+            else:
+                upper, up_peak = self.drop(j + 1, t, top, m, e, budget, run.best - costs[k])
             if not run.missed(costs[k] + upper, up_peak):
-                run.offer(costs[k] + upper, max(freed[k], up_peak), (k, m - u, e))
-        up_budget, above_least = budget - base, fp[t + 1 - top] - fp[u] + bp[t + 1]
-        for mp in range(m + 1, t + 1):  # m' > m
+                run.offer(costs[k] + upper, max(freed[k], up_peak), (0, k))
+        block_least = fp[t + 1 - top] - fp[u] + bp[t + 1]  # less bp[m']
+        for mp in range(m + 1, t + 1):
             if run.stop(floor + fp[mp - 1] - fp[u]):
                 break
             for e2 in (1, 0):
                 if run.stop(floor + fp[mp - e2] - fp[u]):
                     continue
                 rest, rest_peak = self.drop(u, mp - 1, e2, m, e, budget,
-                                            run.best - above_least + bp[mp])
-                if run.missed(above_least - bp[mp] + rest, rest_peak):
+                                            run.best - block_least + bp[mp])
+                if run.missed(block_least - bp[mp] + rest, rest_peak):
                     continue
-                for k in range(min(mp - u, len(costs))):
-                    if held[k] > budget:
-                        break
-                    part = self.best if mp == u + k + 1 else partial(self.drop, m=mp, e=e2)
-                    upper, up_peak = part(u + k + 1, t, top, budget=up_budget,
-                                          cutoff=run.best - costs[k] - rest)
-                    total = costs[k] + upper + rest
-                    if not run.missed(total, up_peak):
-                        run.offer(total, max(held[k], base + up_peak, rest_peak), (k, mp - u, e2))
+                block, block_peak = self.held(u, t, top, mp, e2, budget, run.best - rest)
+                if not run.missed(block + rest, block_peak):
+                    run.offer(block + rest, max(block_peak, rest_peak), (1, mp - u, e2))
         return run.result()
 
     # ----- schedule reconstruction -------------------------------------------------------
@@ -351,6 +359,10 @@ class _ChainDP:
     def _sweep_ops(self, t: int, first: int, last: int, ops: list) -> None:
         ops += [(self.stage_of(t, i), i) for i in range(first, last + 1) if i < self.c.n]
 
+    def _choice(self, key: tuple, budget: float):
+        steps = self.cells_by_key[key]
+        return steps.choice[steps.find(budget)]
+
     def recomputed(self, s: int, t: int, top: int, budget: float, ops: list) -> None:
         """Append the (stage, node) forward computations of ``best(s, t, top, budget)``."""
         if budget >= self.store_peak[top][s][t]:
@@ -358,29 +370,34 @@ class _ChainDP:
             return
         self.best(s, t, top, budget)  # solved already unless float rounding moved the budget
         steps = self.steps(s, t, top)
-        dj, dm, e = steps.choice[steps.find(budget)]
-        j, mp = s + dj, s + dm
+        dm, e = steps.choice[steps.find(budget)]
+        self.recomputed_held(s, t, top, s + dm, e, budget, ops)
+        self.recomputed(s, s + dm - 1, e, budget, ops)
+
+    def recomputed_held(self, s: int, t: int, top: int, m: int, e: int, budget: float,
+                        ops: list) -> None:
+        self.held(s, t, top, m, e, budget)
+        j = s + self._choice(("h", s, t, top, m, e), budget)[0]
         self._sweep_ops(t, s, j, ops)
-        if mp == j + 1:
+        if m == j + 1:
             self.recomputed(j + 1, t, top, budget - self.base[s], ops)
         else:
-            self.recomputed_drop(j + 1, t, top, mp, e, budget - self.base[s], ops)
-        self.recomputed(s, mp - 1, e, budget, ops)
+            self.recomputed_drop(j + 1, t, top, m, e, budget - self.base[s], ops)
 
     def recomputed_drop(self, u: int, t: int, top: int, m: int, e: int, budget: float,
                         ops: list) -> None:
-        """``recomputed`` for state drop(u, t, top, m, e)."""
         self.drop(u, t, top, m, e, budget)
-        steps = self.drop_cells[(u, t, top, m, e)]
-        dj, dm, e2 = steps.choice[steps.find(budget)]
-        j, mp = u + dj, u + dm
-        self._sweep_ops(t, u, j, ops)
-        up_budget = budget if mp == m else budget - self.base[u]
-        if mp == j + 1:
-            self.recomputed(j + 1, t, top, up_budget, ops)
+        choice = self._choice(("d", u, t, top, m, e), budget)
+        if choice[0] == 0:
+            j = u + choice[1]
+            self._sweep_ops(t, u, j, ops)
+            if m == j + 1:
+                self.recomputed(j + 1, t, top, budget, ops)
+            else:
+                self.recomputed_drop(j + 1, t, top, m, e, budget, ops)
         else:
-            self.recomputed_drop(j + 1, t, top, mp, e2, up_budget, ops)
-        if mp > m:
+            mp, e2 = u + choice[1], choice[2]
+            self.recomputed_held(u, t, top, mp, e2, budget, ops)
             self.recomputed_drop(u, mp - 1, e2, m, e, budget, ops)
 
     def min_peak(self, whole: bool) -> float:
