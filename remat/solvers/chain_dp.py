@@ -162,6 +162,7 @@ class _ChainDP:
         self.cells: list[list[list]] = [[[None] * n for _ in range(n)] for _ in (0, 1)]
         self.cells_by_key: dict[tuple, _Steps] = {}  # held and drop states
         self.solves = 0
+        self.sweeps: dict[tuple, tuple] = {}
         self.fp = _prefix(self.fcost)
         self.bp = _prefix(self.bcost)
         self.base = [0.0] + list(self.mem[:n - 1])  # base[s]: size of a_{s-1}
@@ -241,10 +242,14 @@ class _ChainDP:
         self.cells[top][s][t] = steps
         return steps
 
-    def _sweep(self, s: int, t: int, top: int, budget: float):
-        """The forward sweep of stage b_t from base a_{s-1}, for j = s, s+1, ... while it fits
-        with the base freed after computing a_s: (cost through a_j, peak with the base held,
-        peak with the base freed after a_s), one list entry per j."""
+    def _sweep(self, s: int, t: int, top: int):
+        """The forward sweep of stage b_t from base a_{s-1} through each j = s..t-1: (cost
+        through a_j, peak with the base held, peak with the base freed after computing a_s),
+        one list entry per j (cached: it does not depend on the budget)."""
+        key = (s, t, top)
+        found = self.sweeps.get(key)
+        if found:
+            return found
         mem, fws, fc = self.mem, self.fws, self.fcost
         base = self.base[s]
         extra = base + self.grad[t + 1] + (mem[t] if top else 0.0)
@@ -255,13 +260,12 @@ class _ChainDP:
             if j > s:
                 pair = mem[j - 1] + mem[j] + fws[j]
                 peak, early = max(peak, extra + pair), max(early, extra - base + pair)
-            if early > budget:
-                break
             cost += fc[j]
             costs.append(cost)
             held.append(peak)
             freed.append(early)
-        return costs, held, freed
+        self.sweeps[key] = found = (costs, held, freed)
+        return found
 
     def _split(self, s: int, t: int, top: int, budget: float, cutoff: float, incumbent):
         """seg(s, t, top): the first block held(s, t, top, m', e') (stages b_t..b_{m'}), then
@@ -275,6 +279,7 @@ class _ChainDP:
         floor = fp[t + 1 - top] - fp[s] + bp[t + 1] - bp[s]
         block_least = fp[t + 1 - top] - fp[s] + bp[t + 1]  # less bp[m']
         run = _Search(cutoff, incumbent)
+        self._persistent_pass(s, t, top, budget, floor, run)
         for mp in range(s + 1, t + 1):
             if run.stop(floor + fp[mp - 1] - fp[s]):
                 break
@@ -289,20 +294,43 @@ class _ChainDP:
                     run.offer(block + rest, max(block_peak, rest_peak), (mp - s, e))
         return run.result()
 
+    def _persistent_pass(self, s: int, t: int, top: int, budget: float, floor: float,
+                         run: "_Search") -> None:
+        """The choices of ``_split`` whose first block stores a_{m'-1} and keeps it to b_{m'}
+        (the persistent recursion), tried first: a good incumbent early makes the cutoffs of
+        the full pass tight."""
+        fp, bp, base = self.fp, self.bp, self.base[s]
+        costs, held, _ = self._sweep(s, t, top)
+        for k, (run_cost, run_peak) in enumerate(zip(costs, held)):
+            j = s + k
+            if run_peak > budget or run.stop(floor + fp[j] - fp[s]):
+                break
+            rest_least = fp[j] - fp[s] + bp[j + 1] - bp[s]
+            upper, up_peak = self.best(j + 1, t, top, budget - base,
+                                       run.best - run_cost - rest_least)
+            upper += run_cost
+            if run.missed(upper + rest_least, up_peak):
+                continue
+            for keep in (1, 0):
+                low_cost, low_peak = self.best(s, j, keep, budget, run.best - upper)
+                if not run.missed(upper + low_cost, low_peak):
+                    run.offer(upper + low_cost, max(run_peak, base + up_peak, low_peak),
+                              (k + 1, keep))
+
     def _split_held(self, s: int, t: int, top: int, m: int, e: int, budget: float,
                     cutoff: float, incumbent):
         """held(s, t, top, m, e): the sweep of b_t stores a_j first (j < m); the part above
         it is seg(j+1, t, top) if m = j + 1 (then a_j stays iff e), else drop(j+1, t, top, m,
         e). Choice: (j - s,)."""
         fp, bp, base = self.fp, self.bp, self.base[s]
-        costs, held, _ = self._sweep(s, t, top, budget)
+        costs, held, _ = self._sweep(s, t, top)
         run = _Search(cutoff, incumbent)
         if run.stop(fp[t + 1 - top] - fp[s] + bp[t + 1] - bp[m]):  # every node once
             return run.result()
         up_budget = budget - base
-        for k in range(min(m - s, len(costs))):
+        for k in reversed(range(m - s)):  # j = m - 1 (the persistent choice) first
             if held[k] > budget:
-                break
+                continue
             j = s + k
             if m == j + 1:
                 upper, up_peak = self.best(j + 1, t, top, up_budget, run.best - costs[k])
@@ -320,12 +348,14 @@ class _ChainDP:
         choice (0, j - u). Or a first block held(u, t, top, m', e'), m' > m, then
         drop(u, m'-1, e', m, e); choice (1, m' - u, e')."""
         fp, bp = self.fp, self.bp
-        costs, _, freed = self._sweep(u, t, top, budget)
+        costs, _, freed = self._sweep(u, t, top)
         floor = fp[t + 1 - top] - fp[u] + bp[t + 1] - bp[m]  # every node once
         run = _Search(cutoff, incumbent)
         if run.stop(floor):
             return run.result()
-        for k in range(min(m - u, len(costs))):
+        for k in reversed(range(m - u)):
+            if freed[k] > budget:
+                continue
             j = u + k
             if m == j + 1:
                 upper, up_peak = self.best(j + 1, t, top, budget, run.best - costs[k])
