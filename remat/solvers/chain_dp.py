@@ -289,6 +289,9 @@ class _ChainDP:
                 rest, rest_peak = self.best(s, mp - 1, e, budget, run.best - block_least + bp[mp])
                 if run.missed(block_least - bp[mp] + rest, rest_peak):
                     continue
+                if run.stop(self._lifted(s, t, top, mp, budget - self.base[s], run.best - rest)
+                            + rest):
+                    continue
                 block, block_peak = self.held(s, t, top, mp, e, budget, run.best - rest)
                 if not run.missed(block + rest, block_peak):
                     run.offer(block + rest, max(block_peak, rest_peak), (mp - s, e))
@@ -325,9 +328,10 @@ class _ChainDP:
         fp, bp, base = self.fp, self.bp, self.base[s]
         costs, held, _ = self._sweep(s, t, top)
         run = _Search(cutoff, incumbent)
-        if run.stop(fp[t + 1 - top] - fp[s] + bp[t + 1] - bp[m]):  # every node once
-            return run.result()
         up_budget = budget - base
+        least = self._lifted(s, t, top, m, up_budget, run.best)
+        if run.stop(least):
+            return run.result()
         for k in reversed(range(m - s)):  # j = m - 1 (the persistent choice) first
             if held[k] > budget:
                 continue
@@ -338,7 +342,17 @@ class _ChainDP:
                 upper, up_peak = self.drop(j + 1, t, top, m, e, up_budget, run.best - costs[k])
             if not run.missed(costs[k] + upper, up_peak):
                 run.offer(costs[k] + upper, max(held[k], base + up_peak), (k,))
+            if run.best <= least:
+                break
         return run.result()
+
+    def _lifted(self, u: int, t: int, top: int, m: int, budget: float, cutoff: float) -> float:
+        """A lower bound on every held or drop block over layers u..t ending at b_m within
+        ``budget`` (for held blocks: less their base): fwd(u..m-1) + seg(m, t, top) at
+        ``budget + size of a_{m-1}`` (module docstring, "Lifting"). Above ``cutoff`` it may
+        stop early with a weaker bound that is still above it."""
+        fwd = self.fp[m] - self.fp[u]
+        return fwd + self.best(m, t, top, budget + self.mem[m - 1], cutoff - fwd)[0]
 
     def _split_drop(self, u: int, t: int, top: int, m: int, e: int, budget: float,
                     cutoff: float, incumbent):
@@ -351,7 +365,8 @@ class _ChainDP:
         costs, _, freed = self._sweep(u, t, top)
         floor = fp[t + 1 - top] - fp[u] + bp[t + 1] - bp[m]  # every node once
         run = _Search(cutoff, incumbent)
-        if run.stop(floor):
+        least = max(floor, self._lifted(u, t, top, m, budget, run.best))
+        if run.stop(least):
             return run.result()
         for k in reversed(range(m - u)):
             if freed[k] > budget:
@@ -363,12 +378,19 @@ class _ChainDP:
                 upper, up_peak = self.drop(j + 1, t, top, m, e, budget, run.best - costs[k])
             if not run.missed(costs[k] + upper, up_peak):
                 run.offer(costs[k] + upper, max(freed[k], up_peak), (0, k))
+            if run.best <= least:
+                return run.result()
         block_least = fp[t + 1 - top] - fp[u] + bp[t + 1]  # less bp[m']
+        base = self.base[u]
         for mp in range(m + 1, t + 1):
             if run.stop(floor + fp[mp - 1] - fp[u]):
                 break
             for e2 in (1, 0):
                 if run.stop(floor + fp[mp - e2] - fp[u]):
+                    continue
+                rest_least = self._lifted(u, mp - 1, e2, m, budget, run.best - block_least + bp[mp])
+                if run.stop(self._lifted(u, t, top, mp, budget - base, run.best - rest_least)
+                            + rest_least):
                     continue
                 rest, rest_peak = self.drop(u, mp - 1, e2, m, e, budget,
                                             run.best - block_least + bp[mp])
