@@ -149,8 +149,11 @@ class _ChainDP:
     So the forward pass is the sweep of stage b_n and nothing about the loss is special.
     """
 
-    def __init__(self, chain: Chain):
+    def __init__(self, chain: Chain, extended: bool = True, deadline: float | None = None):
         self.c = chain
+        self.extended = extended
+        self.deadline = deadline  # time.perf_counter() value; _OutOfTime past it
+        self.complete = extended  # its answers are optimal over the full class
         n = self.n = chain.n + 1
         self.mem = chain.fwd_mem + (0.0,)
         self.fcost = chain.fwd_cost + (0.0,)
@@ -228,6 +231,8 @@ class _ChainDP:
                 steps.high[i] = budget
                 return steps.answer(i)
             self.solves += 1
+            if self.deadline and not self.solves & 1023 and time.perf_counter() > self.deadline:
+                raise _OutOfTime
             cost, peak, choice = split(*state, budget, cutoff, below)
             if choice is None and cutoff < INF:
                 steps.add_bound(budget, cost)
@@ -280,6 +285,8 @@ class _ChainDP:
         block_least = fp[t + 1 - top] - fp[s] + bp[t + 1]  # less bp[m']
         run = _Search(cutoff, incumbent)
         self._persistent_pass(s, t, top, budget, floor, run)
+        if not self.extended:
+            return run.result()
         for mp in range(s + 1, t + 1):
             if run.stop(floor + fp[mp - 1] - fp[s]):
                 break
@@ -294,7 +301,7 @@ class _ChainDP:
                     continue
                 block, block_peak = self.held(s, t, top, mp, e, budget, run.best - rest)
                 if not run.missed(block + rest, block_peak):
-                    run.offer(block + rest, max(block_peak, rest_peak), (mp - s, e))
+                    run.offer(block + rest, max(block_peak, rest_peak), (mp - s, e, True))
         return run.result()
 
     def _persistent_pass(self, s: int, t: int, top: int, budget: float, floor: float,
@@ -318,7 +325,7 @@ class _ChainDP:
                 low_cost, low_peak = self.best(s, j, keep, budget, run.best - upper)
                 if not run.missed(upper + low_cost, low_peak):
                     run.offer(upper + low_cost, max(run_peak, base + up_peak, low_peak),
-                              (k + 1, keep))
+                              (k + 1, keep, False))
 
     def _split_held(self, s: int, t: int, top: int, m: int, e: int, budget: float,
                     cutoff: float, incumbent):
@@ -422,8 +429,12 @@ class _ChainDP:
             return
         self.best(s, t, top, budget)  # solved already unless float rounding moved the budget
         steps = self.steps(s, t, top)
-        dm, e = steps.choice[steps.find(budget)]
-        self.recomputed_held(s, t, top, s + dm, e, budget, ops)
+        dm, e, block = steps.choice[steps.find(budget)]
+        if block:
+            self.recomputed_held(s, t, top, s + dm, e, budget, ops)
+        else:  # the persistent choice: a_{m'-1} stored first, the part above is a segment
+            self._sweep_ops(t, s, s + dm - 1, ops)
+            self.recomputed(s + dm, t, top, budget - self.base[s], ops)
         self.recomputed(s, s + dm - 1, e, budget, ops)
 
     def recomputed_held(self, s: int, t: int, top: int, m: int, e: int, budget: float,
@@ -497,6 +508,10 @@ class _ChainDP:
                 upper = base[s][:, None] + peak[top][j + 1, t[:, None]]
                 peak[top][s, t] = np.maximum(np.maximum(run, upper), lower).min(axis=1)
         return float(peak[0][0, n - 1])
+
+
+class _OutOfTime(Exception):
+    """The search of the full class ran past its deadline."""
 
 
 class _Search:
@@ -671,21 +686,40 @@ def _deep_recursion(chain: Chain):
     return limit
 
 
-def optimal_cost(chain: Chain, free_mem: float) -> tuple[float, _ChainDP]:
-    """The least compute cost within ``free_mem`` bytes above static memory (inf if none)."""
+def optimal_cost(chain: Chain, free_mem: float,
+                 deadline: float | None = None) -> tuple[float, _ChainDP]:
+    """The least compute cost within ``free_mem`` bytes above static memory (inf if none),
+    and the DP that found it. The persistent recursion runs first (fast); the full class is
+    then searched only for something cheaper (its cutoff makes that search mostly proofs).
+    Past ``deadline`` (a ``time.perf_counter()`` value) the persistent answer stands, and
+    the DP returned has ``extended`` False."""
     limit = _deep_recursion(chain)
     try:
-        dp = _ChainDP(chain)
-        return dp.best(0, dp.n - 1, 0, usable(chain, free_mem))[0], dp
+        budget = usable(chain, free_mem)
+        persistent = _ChainDP(chain, extended=False)
+        root = (0, persistent.n - 1, 0)
+        cost = persistent.best(*root, budget)[0]
+        full = _ChainDP(chain, deadline=deadline)
+        try:
+            better, peak = full.best(*root, budget, cost * (1 - 1e-12))
+        except _OutOfTime:
+            return cost, persistent
+        if peak < INF or cost == INF:
+            return min(better, cost), full
+        persistent.complete = True  # nothing in the full class is cheaper
+        return cost, persistent
     finally:
         sys.setrecursionlimit(limit)
 
 
-def min_free_mem(dp: _ChainDP) -> float:
-    """The smallest peak above static memory of any schedule of ``dp``'s chain."""
-    limit = _deep_recursion(dp.c)
+def min_free_mem(chain: Chain, deadline: float | None = None) -> float:
+    """The smallest peak above static memory of any schedule of ``chain`` (past
+    ``deadline``: of any persistent schedule, an upper bound)."""
+    limit = _deep_recursion(chain)
     try:
-        return dp.min_peak(whole_sizes(dp.c))
+        return _ChainDP(chain, deadline=deadline).min_peak(whole_sizes(chain))
+    except _OutOfTime:
+        return _ChainDP(chain)._persistent_min_peak()
     finally:
         sys.setrecursionlimit(limit)
 
@@ -707,22 +741,22 @@ def schedule(graph: RematGraph, dp: _ChainDP, free_mem: float) -> tuple[np.ndarr
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     start = time.perf_counter()
+    deadline = None if options.time_limit is None else start + options.time_limit
     chain = chain_of(graph)
     free_mem = float(budget) - graph.static_mem
-    cost, dp = optimal_cost(chain, free_mem)
+    cost, dp = optimal_cost(chain, free_mem, deadline)
     if cost == INF:
-        least = graph.static_mem + min_free_mem(dp)
+        least = graph.static_mem + min_free_mem(chain, deadline)
         return Solution.infeasible(graph, "chain-dp", budget, min_budget=least,
                                    solve_time=time.perf_counter() - start)
     R, S = schedule(graph, dp, free_mem)
-    # optimal among persistent schedules only (module docstring); over all schedules only
-    # where the retention bound meets it (measured: most budgets above the tightest fifth)
+    # optimal over all schedules where the retention bound meets it (module docstring)
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
     status = "optimal" if meets(cost, known.value) else "feasible"
     sol = Solution.from_schedule(graph, R, S, "chain-dp", status, budget,
                                  lower_bound=known.value,
                                  solve_time=time.perf_counter() - start,
-                                 states=dp.solves, optimal_in_class=True)
+                                 states=dp.solves, optimal_in_class=dp.complete)
     if sol.peak_memory > budget or not np.isclose(sol.compute_cost, cost, rtol=1e-9):
         raise RematError(f"chain-dp: internal error, the DP's schedule simulates to cost "
                          f"{sol.compute_cost} and peak {sol.peak_memory} (DP: cost {cost} within "
