@@ -1,4 +1,4 @@
-"""One-off: the reference extended chain recursion (bench/chain_ref.py) or chain-dp against
+"""One-off: the reference extended chain recursion (tests/chain_reference.py) or chain-dp against
 tests/exhaustive.py's search over every S, at every whole budget from its smallest peak to
 the checkpoint-all peak, on random chains with and without workspace.
 
@@ -13,7 +13,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
 import exhaustive  # noqa: E402
-from chain_ref import solve_ref  # noqa: E402
+from chain_reference import solve_ref  # noqa: E402
 from test_fast_solvers import random_chain  # noqa: E402
 
 from remat.schedule import checkpoint_all_peak, simulate  # noqa: E402

@@ -1,4 +1,6 @@
-"""Reference (slow, plain) recursion for the extended chain DP: exact-budget memo, no bounds.
+"""The recursion of remat/solvers/chain_dp.py written the plain way, for tests: exact budgets
+as memo keys, every choice tried, no shortcuts, no bounds, no shared segments, no persistent
+pass.
 
 Layers 0..n-1 plus a virtual layer n whose backward node is the loss (a_n: size 0, cost 0;
 g_n = L; nothing above it). seg(s, t, top, M): stages b_t..b_s from base a_{s-1} (held by
