@@ -1,56 +1,75 @@
-"""``chain-dp``: the best persistent-checkpoint schedule of a linear chain, by dynamic
-programming (Rotor-style), in milliseconds to seconds.
+"""``chain-dp``: the optimal schedule of a linear chain by dynamic programming (Rotor-style,
+extended with non-persistent checkpoints), in milliseconds to seconds up to n = 32-64.
 
 The chain (``remat.graphs.linear``) has forward nodes f_0..f_{n-1}, the loss L, and backward
 nodes b_k reading g_{k+1} (the gradient from above, L for k = n-1), a_{k-1} and a_k (a_i is the
 output of f_i). Under DESIGN.md's memory rule a value lives from its computation to its last
 read (or to a later stage that keeps it), so a schedule is a sequence of computations and its
-peak is the largest ``static + live values + the output being computed``.
+peak is the largest ``static + live values + the output being computed (+ workspace)``.
+Internally the loss is one more layer n (a_n of size 0 and cost 0, b_n = the loss node, whose
+output g_n = L is the gradient above b_{n-1}): the forward pass is then the sweep of stage b_n
+and a stored value may be dropped across the loss like across any other stage.
 
 The recursion follows Herrmann et al. 2019 ("Optimal checkpointing for heterogeneous chains",
 Rotor) adapted to this graph, where one value a_k is both the checkpoint and the tape of layer
-k. ``best(s, t, top, M)`` is the least cost of running backward stages b_t..b_s when, at the
-start of stage b_t, a_{s-1} (the base) and g_{t+1} are resident, a_t is resident iff ``top``,
-nothing else of a_s..a_t is, and at most M bytes (above what outer stages hold) may be used.
-Stage b_t runs forward from the base to some j < t and stores a_j (the first checkpoint); the
-part above j is the same problem with base a_j, the part below is the same problem with base
-a_{s-1} and gradient g_{j+1}, with a_j kept (``top``) or dropped. The forward pass is the same
-recursion without an incoming gradient, ending with L.
+k, and adds the move Rotor lacks. Budgets count everything a state holds (its base, the
+gradient above, a_t if ``top``), never what outer states hold. Three kinds of state:
 
-What it is optimal over, and what it is not. The recursion covers every *persistent*
-schedule: a stored checkpoint stays until the backward stage that last reads it, each stage
-runs one forward sweep from the highest checkpoint below it, no backward node is recomputed.
-Within that class the answer is exact, and it equals the true optimum (milp, exhaustive
-search) on every unit chain measured and on the shared case table. It is NOT the optimum over
-all schedules: with heterogeneous sizes at tight budgets an optimal schedule may free a
-checkpoint right after its last read in a stage and rebuild it later from a lower one, to
-make room for a large gradient. Counterexample (tests/test_fast_solvers.py): a 5-layer
-random chain at its tightest budget, DP 52 against milp's proven 43; ``linear(16)`` at its
-smallest DP budget: DP 77.698, milp 76.313. There milp keeps a_1, recomputes a_2 from it in
-stage b_3 and frees a_1 right after that read, to fit b_3; stage b_2 rebuilds a_0, a_1 from
-the input (``bench/verify_chain_dp.py --show 5 100``). In recursion terms the part above a
-checkpoint a_j may end at a stage b_m, m > j + 1, dropping a_j, the rest being segment
-s..m-1 from the lower base; this DP only has m = j + 1 (bench/results/fast_notes.md). So the
-method reports the retention bound (``remat.solvers.bounds``) as its ``lower_bound``, status
-"optimal" only where the DP's cost meets it (on ``linear(n)``, n = 16..128, unit and
-heterogeneous, it does at 30% and 60% of the way from the smallest budget to the full peak:
-``bench/results/bounds_chains.csv``; not at the smallest budget), "feasible" otherwise, and
-flags ``details["optimal_in_class"]``.
+- ``seg(s, t, top)``: backward stages b_t..b_s when, at the start of stage b_t, a_{s-1} (the
+  base, kept by the caller) and g_{t+1} are resident, a_t is resident iff ``top``, nothing
+  else of a_s..a_t is. It is a first block ``held(s, t, top, m', e')`` (stages b_t..b_{m'})
+  then ``seg(s, m'-1, e')``.
+- ``held(s, t, top, m, e)``: stages b_t..b_m, base kept: the sweep of b_t runs from the base
+  and stores a_j first (j < m); the part above, from base a_j, is ``seg(j+1, t, top)`` if
+  m = j + 1 (a_j then stays iff e: the persistent move), else ``drop(j+1, t, top, m, e)``.
+- ``drop(u, t, top, m, e)``: stages b_t..b_m (m > u) from base a_{u-1}, which is freed right
+  after its last read, ending with a_{m-1} resident iff e. Either the sweep of b_t stores a_j
+  first and nothing below reads the base again (freed after computing a_u; the part above is
+  seg or drop from a_j ending at b_m), or a first block ``held(u, t, top, m', e')``, m' > m,
+  then ``drop(u, m'-1, e', m, e)``.
 
-Costs and sizes are exact (no memory discretization). Speed comes from three exact devices
-(``_ChainDP``): each state's answer is kept as budget intervals found by bisection (the least
-cost is a step function of the budget), the search is branch and bound (a caller passes the
-most it could use; a search that proves it cannot meet that stops and records a lower bound),
-and the schedule of the nearest solved budget below is the incumbent to beat.
+So a checkpoint a_j may stay until its last backward reader (persistent, Rotor's class) or be
+freed after its last read in some stage b_m, m > j + 1, the stages below rebuilding it from a
+lower checkpoint when needed: the move of the former counterexamples (``random_chain(5, 100)``
+at budget 29: 43, the persistent recursion 52; ``linear(16)`` at 37748736 bytes: 76.313
+against 77.698; ``bench/verify_chain_dp.py --show 5 100`` prints milp's schedule).
+
+Exactness. The DP is exact over the schedules these recursions describe (every choice is
+tried; the shortcuts below are exact). That this class holds an optimum of every chain is NOT
+proven; it is measured: equal to ``tests/exhaustive.py`` (every S matrix) at every whole
+budget on random chains n = 2, 3, 4 with and without workspace (20, 40 and 30 seeds: 83, 326
+and 536 budgets), equal to milp's proven optimum on all 96 checks of ``bench/verify_chain_dp.py
+8`` (n = 4..6) and on 8 chains n = 8..12 (``bench/verify_chain_dp_large.py``). Schedules it
+cannot produce: recomputing a backward node, more than one forward sweep in a stage (building
+checkpoints below the one a stage sweeps from), and a part above handing more than a_{m-1} to
+the stages below. So the method keeps the retention bound (``remat.solvers.bounds``) as its
+``lower_bound`` and says "optimal" only where its cost meets it, "feasible" otherwise;
+``details["optimal_in_class"]`` is True when the search of the full class finished (see
+below), False when the time limit stopped it and the best persistent schedule stands.
+
+Lifting (a bound used to prune). Take any schedule of a held or drop block over layers u..t
+ending at b_m, of peak P and cost C. Removing every computation of a_u..a_{m-1} and keeping
+a_{m-1} resident throughout gives a schedule of ``seg(m, t, top)`` (by induction over the
+recursion: each block whose first checkpoint is at or above m-1 keeps its shape with base
+a_{m-1}; each below it is replaced by its transform), of peak at most P + size(a_{m-1}) (P -
+size(base) + size(a_{m-1}) for a held block) and cost at most C - fwd(u..m-1), since the
+sweep of b_t computes each of a_u..a_{m-1} at least once. So ``fwd(u..m-1) + seg(m, t, top)``
+at the lifted budget bounds the block from below (``_lifted``); where the persistent choice
+meets it, no drop choice is searched.
+
+Costs and sizes are exact (no memory discretization). Speed: each state's answer is kept as
+budget intervals found by bisection (the least cost is a step function of the budget), the
+search is branch and bound (a caller passes the most it could use; a search that proves it
+cannot meet that stops and records a lower bound), the schedule of the nearest solved budget
+below is the incumbent to beat, and segments with equal content share their states. The
+persistent recursion runs first (the old solver: under a second to n = 128); the full class
+is then searched only for something strictly cheaper, a search that is mostly a proof and is
+bounded by ``SolveOptions.time_limit``. It is O(n^4) states x budget steps in pure Python:
+seconds at n = 64 and past 30 s at n = 128 (bench/results/fast_notes.md, session 4).
 
 A node's transient workspace (``RematGraph.workspace``) is added to its own candidate: in the
-forward sweeps (``run_peak``), in ``need`` (backward nodes and the loss) and in
-``store_peak[top]`` (every node of the segment), exactly as the simulator counts it.
-Workspace widens the gap to the true optimum: with a large loss workspace an optimum may drop
-a stored value across the loss and rebuild it in stage b_{n-1}, which no persistent schedule
-does. Measured on 40 random 4-layer chains at 4 budgets each (a one-off script against
-tests/exhaustive.py, on the DP before the interval rewrite): above the optimum in 9 cases of
-160 with random workspace, 3 without.
+sweeps, in ``need``/``own`` (each backward node's own operands) and in ``store_peak``, exactly
+as the simulator counts it.
 """
 from __future__ import annotations
 
@@ -198,8 +217,6 @@ class _ChainDP:
         """``best`` for state held(s, t, top, m, e): stages b_t..b_m (m > s) from base a_{s-1},
         which stays, the sweep of b_t storing one first checkpoint a_j (j < m) and the part
         above it ending at b_m with a_{m-1} resident iff ``e``."""
-        if budget < self.need[s][t] - self.base[s] + self.base[m] and False:
-            return INF, INF
         return self._state(("h", s, t, top, m, e), self._split_held, budget, cutoff)
 
     def drop(self, u: int, t: int, top: int, m: int, e: int, budget: float,
