@@ -706,19 +706,33 @@ def _deep_recursion(chain: Chain):
 def optimal_cost(chain: Chain, free_mem: float,
                  deadline: float | None = None) -> tuple[float, _ChainDP]:
     """The least compute cost within ``free_mem`` bytes above static memory (inf if none),
-    and the DP that found it. The persistent recursion runs first (fast); the full class is
-    then searched only for something cheaper (its cutoff makes that search mostly proofs).
-    Past ``deadline`` (a ``time.perf_counter()`` value) the persistent answer stands, and
-    the DP returned has ``extended`` False."""
+    and the DP that found it: the persistent recursion, then the full class searched for
+    something cheaper (``search_below``)."""
+    cost, persistent = persistent_cost(chain, free_mem)
+    return search_below(chain, free_mem, cost, persistent, deadline)
+
+
+def persistent_cost(chain: Chain, free_mem: float) -> tuple[float, _ChainDP]:
+    """The least cost of a persistent schedule (Rotor's class; fast), and its DP."""
     limit = _deep_recursion(chain)
     try:
-        budget = usable(chain, free_mem)
         persistent = _ChainDP(chain, extended=False)
-        root = (0, persistent.n - 1, 0)
-        cost = persistent.best(*root, budget)[0]
+        return persistent.best(0, persistent.n - 1, 0, usable(chain, free_mem))[0], persistent
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def search_below(chain: Chain, free_mem: float, cost: float, persistent: _ChainDP,
+                 deadline: float | None = None) -> tuple[float, _ChainDP]:
+    """Search the full class for a schedule cheaper than ``cost`` (the persistent optimum);
+    its cutoff makes the search mostly a proof. Returns the least cost and the DP holding its
+    schedule (``complete`` True); past ``deadline`` (a ``time.perf_counter()`` value) the
+    persistent answer, ``complete`` False."""
+    limit = _deep_recursion(chain)
+    try:
         full = _ChainDP(chain, deadline=deadline)
         try:
-            better, peak = full.best(*root, budget, cost * (1 - 1e-12))
+            better, peak = full.best(0, full.n - 1, 0, usable(chain, free_mem), cost * (1 - 1e-12))
         except _OutOfTime:
             return cost, persistent
         if peak < INF or cost == INF:
@@ -761,14 +775,21 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     deadline = None if options.time_limit is None else start + options.time_limit
     chain = chain_of(graph)
     free_mem = float(budget) - graph.static_mem
-    cost, dp = optimal_cost(chain, free_mem, deadline)
+    cost, dp = persistent_cost(chain, free_mem)
+    known = None
+    if cost < INF:  # where the retention bound meets it, nothing is cheaper: no search
+        known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
+        dp.complete = meets(cost, known.value)
+    if not dp.complete:
+        cost, dp = search_below(chain, free_mem, cost, dp, deadline)
     if cost == INF:
         least = graph.static_mem + min_free_mem(chain, deadline)
         return Solution.infeasible(graph, "chain-dp", budget, min_budget=least,
                                    solve_time=time.perf_counter() - start)
     R, S = schedule(graph, dp, free_mem)
+    if known is None:
+        known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
     # optimal over all schedules where the retention bound meets it (module docstring)
-    known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
     status = "optimal" if meets(cost, known.value) else "feasible"
     sol = Solution.from_schedule(graph, R, S, "chain-dp", status, budget,
                                  lower_bound=known.value,
