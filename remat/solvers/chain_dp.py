@@ -64,7 +64,8 @@ cannot meet that stops and records a lower bound), the schedule of the nearest s
 below is the incumbent to beat, and segments with equal content share their states. The
 persistent recursion runs first (the old solver: under a second to n = 128); the full class
 is then searched only for something strictly cheaper, a search that is mostly a proof and is
-bounded by ``SolveOptions.time_limit``. It is O(n^4) states x budget steps in pure Python:
+bounded by ``SolveOptions.time_limit``; ``solve`` skips that search where the retention bound
+already meets the persistent cost. It is O(n^4) states x budget steps in pure Python:
 seconds at n = 64 and past 30 s at n = 128 (bench/results/fast_notes.md, session 4).
 
 A node's transient workspace (``RematGraph.workspace``) is added to its own candidate: in the
@@ -409,12 +410,14 @@ class _ChainDP:
         for mp in range(m + 1, t + 1):
             if run.stop(floor + fp[mp - 1] - fp[u]):
                 break
+            # the first block's lifted bound, shared by both e' (cut by the least rest)
+            block_lift = self._lifted(u, t, top, mp, budget - base,
+                                      run.best - (fp[mp - 1] - fp[u] + bp[mp] - bp[m]))
             for e2 in (1, 0):
                 if run.stop(floor + fp[mp - e2] - fp[u]):
                     continue
-                rest_least = self._lifted(u, mp - 1, e2, m, budget, run.best - block_least + bp[mp])
-                if run.stop(self._lifted(u, t, top, mp, budget - base, run.best - rest_least)
-                            + rest_least):
+                rest_least = self._lifted(u, mp - 1, e2, m, budget, run.best - block_lift)
+                if run.stop(block_lift + rest_least):
                     continue
                 rest, rest_peak = self.drop(u, mp - 1, e2, m, e, budget,
                                             run.best - block_least + bp[mp])
