@@ -74,6 +74,7 @@ as the simulator counts it.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import time
@@ -157,6 +158,10 @@ class _ChainDP:
     caller's cutoff leave facts "the cost is at least v up to budget B" (``_Steps.above``),
     which, with the cost of the next interval up, answer later cutoffs without a search.
 
+    ``extended`` False: the persistent recursion only (no held blocks with a drop above,
+    no drop states), Rotor's class; ``complete`` says whether answers are optimal over the
+    full class (set by ``search_below`` when a persistent answer is proven so).
+
     Exact shortcuts keep the state count down: a ``seg`` state whose budget covers the peak
     of storing every value (``store_peak``) costs exactly one computation per node (the least
     any schedule can pay); a state whose budget is below ``need`` (some backward node's own
@@ -191,8 +196,8 @@ class _ChainDP:
         self.base = [0.0] + list(self.mem[:n - 1])  # base[s]: size of a_{s-1}
         self.need, self.store_peak = _range_tables(self)
         # own[m][t]: the largest of b_m..b_t's own candidates (need without a held base)
-        self.own = [[max(self.need[k][k] for k in range(m, t + 1)) if t >= m else -INF
-                     for t in range(n)] for m in range(n)]
+        self.own = [list(itertools.accumulate(
+            (self.need[k][k] if k >= m else -INF for k in range(n)), max)) for m in range(n)]
         self.segment_id = _segment_ids(self)
 
     def store_cost(self, s: int, t: int, top: int) -> float:
