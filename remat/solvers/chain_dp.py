@@ -372,7 +372,7 @@ class _ChainDP:
                 upper, up_peak = self.drop(j + 1, t, top, m, e, up_budget, run.best - costs[k])
             if not run.missed(costs[k] + upper, up_peak):
                 run.offer(costs[k] + upper, max(held[k], base + up_peak), (k,))
-            if run.best <= least:
+            if run.settled(least):
                 break
         return run.result()
 
@@ -408,7 +408,7 @@ class _ChainDP:
                 upper, up_peak = self.drop(j + 1, t, top, m, e, budget, run.best - costs[k])
             if not run.missed(costs[k] + upper, up_peak):
                 run.offer(costs[k] + upper, max(freed[k], up_peak), (0, k))
-            if run.best <= least:
+            if run.settled(least):
                 return run.result()
         block_least = fp[t + 1 - top] - fp[u] + bp[t + 1]  # less bp[m']
         base = self.base[u]
@@ -564,6 +564,14 @@ class _Search:
         not fit or was cut off (peak inf; ``total`` is then a lower bound or inf)."""
         if peak == INF or total > self.best:
             self.least = min(self.least, total)
+            return True
+        return False
+
+    def settled(self, least: float) -> bool:
+        """True when ``least`` bounds every remaining choice and the best meets it: they
+        cannot win (noted as the bound on the choices cut off)."""
+        if self.best <= least:
+            self.least = min(self.least, least)
             return True
         return False
 
