@@ -62,7 +62,8 @@ budget intervals found by bisection (the least cost is a step function of the bu
 search is branch and bound (a caller passes the most it could use; a search that proves it
 cannot meet that stops and records a lower bound), the schedule of the nearest solved budget
 below is the incumbent to beat, and segments with equal content share their states. The
-persistent recursion runs first (the old solver: under a second to n = 128); the full class
+persistent recursion runs first (the old solver: ~0.5 s / ~3 s at n = 128 unit / heterogeneous,
+bench/results/fast_chains_bb.csv); the full class
 is then searched only for something strictly cheaper, a search that is mostly a proof and is
 bounded by ``SolveOptions.time_limit``; ``solve`` skips that search where the retention bound
 already meets the persistent cost. It is O(n^4) states x budget steps in pure Python:
@@ -355,7 +356,7 @@ class _ChainDP:
         """held(s, t, top, m, e): the sweep of b_t stores a_j first (j < m); the part above
         it is seg(j+1, t, top) if m = j + 1 (then a_j stays iff e), else drop(j+1, t, top, m,
         e). Choice: (j - s,)."""
-        fp, bp, base = self.fp, self.bp, self.base[s]
+        base = self.base[s]
         costs, held, _ = self._sweep(s, t, top)
         run = _Search(cutoff, incumbent)
         up_budget = budget - base
@@ -489,9 +490,9 @@ class _ChainDP:
             self.recomputed_drop(u, mp - 1, e2, m, e, budget, ops)
 
     def min_peak(self, whole: bool) -> float:
-        """The smallest peak above static memory of any schedule (the DP's class is all of
-        them, module docstring). The best persistent schedule's peak
-        (``_persistent_min_peak``) is reachable; below it, bisection on the DP's own
+        """The smallest peak above static memory of any schedule in the DP's class (equal to
+        exhaustive search wherever measured, module docstring). The best persistent schedule's
+        peak (``_persistent_min_peak``) is reachable; below it, bisection on the DP's own
         feasibility down to ``need`` (below it nothing fits). ``whole``: every size is a whole
         number of bytes, so peaks are whole and the bisection is exact; otherwise it stops at
         a relative 1e-12 above a budget found infeasible."""
@@ -760,8 +761,8 @@ def search_below(chain: Chain, free_mem: float, cost: float, persistent: _ChainD
 
 
 def min_free_mem(chain: Chain, deadline: float | None = None) -> float:
-    """The smallest peak above static memory of any schedule of ``chain`` (past
-    ``deadline``: of any persistent schedule, an upper bound)."""
+    """The smallest peak above static memory of any schedule of ``chain`` in the DP's class
+    (past ``deadline``: of any persistent schedule, an upper bound)."""
     limit = _deep_recursion(chain)
     try:
         return _ChainDP(chain, deadline=deadline).min_peak(whole_sizes(chain))
