@@ -1,5 +1,5 @@
-"""The fast methods: chain-dp (best persistent schedule of a chain) and cpsat (milp's model on
-CP-SAT)."""
+"""The fast methods: chain-dp (optimal schedule of a chain by dynamic programming) and cpsat
+(milp's model on CP-SAT)."""
 import numpy as np
 import pytest
 
@@ -9,10 +9,11 @@ from remat.errors import InvalidScheduleError
 from remat.schedule import checkpoint_all_peak, parse_budget, simulate
 from remat.schedule.rs import cheapest_r
 from remat.solvers import SolveOptions, solver
-from remat.solvers.chain_dp import chain_of, optimal_cost
+from remat.solvers.chain_dp import chain_of, optimal_cost, usable
 from remat.solvers.griewank import UnsupportedGraphError
 
 import cases
+from chain_reference import Ref as Reference
 
 CHAINS = [name for name in cases.GRAPHS if name.startswith("chain")]
 HEURISTICS = ("checkpoint-all", "chen-sqrtn", "chen-greedy", "ap-sqrtn", "ap-greedy", "griewank")
@@ -63,7 +64,7 @@ def dp_cost(graph, budget_bytes):
 @pytest.mark.parametrize("graph", [remat.graphs.linear(3, unit=True), random_chain(3, 7)],
                          ids=["unit3", "rand3-s7"])
 def test_chain_dp_equals_exhaustive_search_on_tiny_chains(graph):
-    """Observed on these 3-layer chains (persistent schedules suffice there), every budget."""
+    """Equal to the search over every useful S on these 3-layer chains, at every budget."""
     frontier = exhaustive_frontier(graph)
     assert len(frontier) >= 1
     for peak, cost in frontier:
@@ -117,16 +118,46 @@ def test_chain_dp_matches_milp(name, budget):
 
 
 @pytest.mark.skipif("milp" not in remat.METHODS, reason="the milp method is not merged yet")
-def test_chain_dp_is_not_optimal_over_all_schedules():
-    """The known limit: at the tightest budget of this heterogeneous chain the optimum frees a
-    checkpoint after its last read in a stage and rebuilds it later, which no persistent
-    schedule does. If this starts failing, the DP has grown exact: update its docstring."""
-    graph = random_chain(5, 100)
+@pytest.mark.parametrize("n,seed,want", [(5, 100, 43.0), (6, 103, None)])
+def test_chain_dp_equals_milp_where_persistent_schedules_fall_short(n, seed, want):
+    """The former gap cases: at the tightest budget the optimum frees a checkpoint after its
+    last read in a stage and rebuilds it later (the persistent recursion gave 52 on the
+    first); chain-dp's drop states find it."""
+    graph = random_chain(n, seed)
     least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
     dp = solver("chain-dp")(graph, least, SolveOptions())
     ref = solver("milp")(graph, least, SolveOptions(time_limit=30.0))
-    assert ref.status == "optimal" and dp.compute_cost == pytest.approx(52.0)
-    assert ref.compute_cost == pytest.approx(43.0)
+    assert ref.status == "optimal" and dp.compute_cost == pytest.approx(ref.compute_cost)
+    if want is not None:
+        assert dp.compute_cost == pytest.approx(want)
+    assert not solver("milp")(graph, least - 0.5, SolveOptions(time_limit=30.0)).feasible
+
+
+def test_chain_dp_beats_the_persistent_recursion_on_linear16():
+    """linear(16) at the persistent recursion's smallest budget: 77.698 persistent, 76.313 now
+    (milp's best schedule in 30 s, bench/results/fast_chains_bb.csv)."""
+    graph = remat.graphs.linear(16)
+    sol = solver("chain-dp")(graph, 37748736.0, SolveOptions())
+    assert sol.compute_cost == pytest.approx(76.313)
+    assert textbook_chain_dp(chain_of(graph), 37748736.0 - graph.static_mem) == pytest.approx(77.698)
+
+
+@pytest.mark.parametrize("n,seeds", [(2, range(6)), (3, range(3))])
+def test_chain_dp_equals_exhaustive_search_on_random_chains(n, seeds):
+    """Property: equal to tests/exhaustive.py (every S matrix) at every whole budget from
+    below the smallest peak to the checkpoint-all peak, with and without workspace."""
+    import exhaustive
+
+    for seed in seeds:
+        for workspace in (False, True):
+            graph = random_chain(n, seed + 300)
+            if workspace:
+                rng = np.random.default_rng(seed)
+                graph = graph.with_workspace(rng.integers(0, 6, graph.size) * (rng.random(graph.size) < .5))
+            least = exhaustive.min_peak(graph)
+            assert solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget == least
+            for budget in range(int(least) - 1, int(checkpoint_all_peak(graph)) + 1):
+                assert dp_cost(graph, budget) == exhaustive.optimal_cost(graph, budget), budget
 
 
 @pytest.mark.parametrize("n,unit", [(1, True), (2, False), (12, False), (40, True), (40, False)])
@@ -188,8 +219,8 @@ def test_chain_dp_applies_only_to_chains():
 
 
 def textbook_chain_dp(chain, free_mem):
-    """The persistent-schedule recursion of chain_dp's docstring written the plain way: exact
-    budgets as memo keys, every split tried, no shortcuts, no bounds, no shared segments."""
+    """The persistent-schedule recursion (chain_dp before its drop states) written the plain
+    way: exact budgets as memo keys, every split tried, no shortcuts, no bounds."""
     from functools import lru_cache
 
     n, m, g = chain.n, chain.fwd_mem, chain.grad_mem
@@ -234,16 +265,19 @@ def repeated_chain(n, seed):
                             remat.graphs.linear(9), remat.graphs.linear(7, unit=True)],
                          ids=lambda g: f"n{len(g.forward_nodes) - 1}")
 def test_chain_dp_equals_the_textbook_recursion_at_every_budget(graph):
-    """The interval memo, branch and bound and shortcuts of chain_dp change nothing: same
-    least cost as the plain recursion at every whole budget from infeasible to store-all
-    (and at half-way fractional budgets)."""
+    """The interval memo, branch and bound, shortcuts and the persistent pass of chain_dp
+    change nothing: same least cost as its recursion written plainly (tests/chain_reference.py)
+    at every whole budget from infeasible to store-all (and at half-way fractional budgets),
+    never above the persistent recursion."""
     chain = chain_of(graph)
     peak = remat.schedule.checkpoint_all_peak(graph) - graph.static_mem
     budgets = np.linspace(0, peak, 60) if peak > 1000 else np.arange(0, peak + 1, 0.5)
+    reference = Reference(chain)
     for free in budgets:
-        want = textbook_chain_dp(chain, free)
+        want = reference.seg(0, chain.n, 0, float(usable(chain, free)))[0]
         got = optimal_cost(chain, free)[0]
         assert got == pytest.approx(want, rel=1e-12) or got == want == np.inf, free
+        assert got <= textbook_chain_dp(chain, free) * (1 + 1e-12)
 
 
 @pytest.mark.parametrize("unit", [True, False])

@@ -167,13 +167,13 @@ def levels(graph):
     return sorted({low, low + (high - low) / 4, (low + high) / 2, high})
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3, 5, 6])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5, 6])
 def test_chain_dp_equals_exhaustive_search_with_workspace(seed):
     """3-layer random chains with workspace on forward, loss and backward nodes: from the
     smallest peak to checkpoint-all, the DP's schedule fits (by the simulator, inside solve
-    and here) and costs the optimum. Observed for these seeds, not a theorem: with workspace
-    on the loss, an optimum may drop a value across it and rebuild it (seed 4 at its smallest
-    peak), outside the DP's persistent class (chain_dp's docstring)."""
+    and here) and costs the optimum. Seed 4 at its smallest peak needs a value dropped across
+    the loss (workspace there) and rebuilt, outside the persistent class: chain-dp's drop
+    states cover it."""
     graph = with_random_workspace(random_chain(3, seed), 100 + seed)
     assert graph.has_workspace
     budgets = levels(graph)
@@ -187,8 +187,8 @@ def test_chain_dp_equals_exhaustive_search_with_workspace(seed):
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_chain_dp_with_workspace_fits_and_is_never_below_milp(seed):
-    """Larger chains: every DP schedule fits its budget by the simulator; milp's proven
-    optimum is never above it, and equal to it where persistent schedules suffice."""
+    """Larger chains: every DP schedule fits its budget by the simulator; milp's bound is
+    never above it, and it equals every optimum milp proves."""
     graph = with_random_workspace(remat.graphs.linear(5), seed)
     least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
     high = checkpoint_all_peak(graph)
@@ -200,8 +200,10 @@ def test_chain_dp_with_workspace_fits_and_is_never_below_milp(seed):
         assert sol.feasible and simulate(graph, sol.R, sol.S).peak_memory <= budget
         ref = solver("milp")(graph, budget, SolveOptions(time_limit=10.0))
         assert ref.lower_bound <= sol.compute_cost + 1e-6
-        equal += ref.status == "optimal" and sol.compute_cost == pytest.approx(ref.compute_cost)
-    assert equal >= 2  # at least the two largest budgets
+        if ref.status == "optimal":
+            assert sol.compute_cost == pytest.approx(ref.compute_cost)
+            equal += 1
+    assert equal >= 2  # milp proves at least the two largest budgets
 
 
 @pytest.mark.parametrize("workspace", [2.0, 5.0])

@@ -1,59 +1,81 @@
-"""``chain-dp``: the best persistent-checkpoint schedule of a linear chain, by dynamic
-programming (Rotor-style), in milliseconds to seconds.
+"""``chain-dp``: the optimal schedule of a linear chain by dynamic programming (Rotor-style,
+extended with non-persistent checkpoints), in milliseconds to seconds up to n = 32-64.
 
 The chain (``remat.graphs.linear``) has forward nodes f_0..f_{n-1}, the loss L, and backward
 nodes b_k reading g_{k+1} (the gradient from above, L for k = n-1), a_{k-1} and a_k (a_i is the
 output of f_i). Under DESIGN.md's memory rule a value lives from its computation to its last
 read (or to a later stage that keeps it), so a schedule is a sequence of computations and its
-peak is the largest ``static + live values + the output being computed``.
+peak is the largest ``static + live values + the output being computed (+ workspace)``.
+Internally the loss is one more layer n (a_n of size 0 and cost 0, b_n = the loss node, whose
+output g_n = L is the gradient above b_{n-1}): the forward pass is then the sweep of stage b_n
+and a stored value may be dropped across the loss like across any other stage.
 
 The recursion follows Herrmann et al. 2019 ("Optimal checkpointing for heterogeneous chains",
 Rotor) adapted to this graph, where one value a_k is both the checkpoint and the tape of layer
-k. ``best(s, t, top, M)`` is the least cost of running backward stages b_t..b_s when, at the
-start of stage b_t, a_{s-1} (the base) and g_{t+1} are resident, a_t is resident iff ``top``,
-nothing else of a_s..a_t is, and at most M bytes (above what outer stages hold) may be used.
-Stage b_t runs forward from the base to some j < t and stores a_j (the first checkpoint); the
-part above j is the same problem with base a_j, the part below is the same problem with base
-a_{s-1} and gradient g_{j+1}, with a_j kept (``top``) or dropped. The forward pass is the same
-recursion without an incoming gradient, ending with L.
+k, and adds the move Rotor lacks. Budgets count everything a state holds (its base, the
+gradient above, a_t if ``top``), never what outer states hold. Three kinds of state:
 
-What it is optimal over, and what it is not. The recursion covers every *persistent*
-schedule: a stored checkpoint stays until the backward stage that last reads it, each stage
-runs one forward sweep from the highest checkpoint below it, no backward node is recomputed.
-Within that class the answer is exact, and it equals the true optimum (milp, exhaustive
-search) on every unit chain measured and on the shared case table. It is NOT the optimum over
-all schedules: with heterogeneous sizes at tight budgets an optimal schedule may free a
-checkpoint right after its last read in a stage and rebuild it later from a lower one, to
-make room for a large gradient. Counterexample (tests/test_fast_solvers.py): a 5-layer
-random chain at its tightest budget, DP 52 against milp's proven 43; ``linear(16)`` at its
-smallest DP budget: DP 77.698, milp 76.313. There milp keeps a_1, recomputes a_2 from it in
-stage b_3 and frees a_1 right after that read, to fit b_3; stage b_2 rebuilds a_0, a_1 from
-the input (``bench/verify_chain_dp.py --show 5 100``). In recursion terms the part above a
-checkpoint a_j may end at a stage b_m, m > j + 1, dropping a_j, the rest being segment
-s..m-1 from the lower base; this DP only has m = j + 1 (bench/results/fast_notes.md). So the
-method reports the retention bound (``remat.solvers.bounds``) as its ``lower_bound``, status
-"optimal" only where the DP's cost meets it (on ``linear(n)``, n = 16..128, unit and
-heterogeneous, it does at 30% and 60% of the way from the smallest budget to the full peak:
-``bench/results/bounds_chains.csv``; not at the smallest budget), "feasible" otherwise, and
-flags ``details["optimal_in_class"]``.
+- ``seg(s, t, top)``: backward stages b_t..b_s when, at the start of stage b_t, a_{s-1} (the
+  base, kept by the caller) and g_{t+1} are resident, a_t is resident iff ``top``, nothing
+  else of a_s..a_t is. It is a first block ``held(s, t, top, m', e')`` (stages b_t..b_{m'})
+  then ``seg(s, m'-1, e')``.
+- ``held(s, t, top, m, e)``: stages b_t..b_m, base kept: the sweep of b_t runs from the base
+  and stores a_j first (j < m); the part above, from base a_j, is ``seg(j+1, t, top)`` if
+  m = j + 1 (a_j then stays iff e: the persistent move), else ``drop(j+1, t, top, m, e)``.
+- ``drop(u, t, top, m, e)``: stages b_t..b_m (m > u) from base a_{u-1}, which is freed right
+  after its last read, ending with a_{m-1} resident iff e. Either the sweep of b_t stores a_j
+  first and nothing below reads the base again (freed after computing a_u; the part above is
+  seg or drop from a_j ending at b_m), or a first block ``held(u, t, top, m', e')``, m' > m,
+  then ``drop(u, m'-1, e', m, e)``.
 
-Costs and sizes are exact (no memory discretization). Speed comes from three exact devices
-(``_ChainDP``): each state's answer is kept as budget intervals found by bisection (the least
-cost is a step function of the budget), the search is branch and bound (a caller passes the
-most it could use; a search that proves it cannot meet that stops and records a lower bound),
-and the schedule of the nearest solved budget below is the incumbent to beat.
+So a checkpoint a_j may stay until its last backward reader (persistent, Rotor's class) or be
+freed after its last read in some stage b_m, m > j + 1, the stages below rebuilding it from a
+lower checkpoint when needed: the move of the former counterexamples (``random_chain(5, 100)``
+at budget 29: 43, the persistent recursion 52; ``linear(16)`` at 37748736 bytes: 76.313
+against 77.698; ``bench/verify_chain_dp.py --show 5 100`` prints milp's schedule).
+
+Exactness. The DP is exact over the schedules these recursions describe (every choice is
+tried; the shortcuts below are exact). That this class holds an optimum of every chain is NOT
+proven; it is measured: equal to ``tests/exhaustive.py`` (every S matrix) at every whole
+budget on random chains n = 2, 3, 4 with and without workspace (20, 40 and 30 seeds: 83, 326
+and 536 budgets), equal to milp's proven optimum on all 96 checks of ``bench/verify_chain_dp.py
+8`` (n = 4..6) and on 8 chains n = 8..12 (``bench/verify_chain_dp_large.py``). Schedules it
+cannot produce: recomputing a backward node, more than one forward sweep in a stage (building
+checkpoints below the one a stage sweeps from), and a part above handing more than a_{m-1} to
+the stages below. So the method keeps the retention bound (``remat.solvers.bounds``) as its
+``lower_bound`` and says "optimal" only where its cost meets it, "feasible" otherwise;
+``details["optimal_in_class"]`` is True when the search of the full class finished (see
+below), False when the time limit stopped it and the best persistent schedule stands.
+
+Lifting (a bound used to prune). Take any schedule of a held or drop block over layers u..t
+ending at b_m, of peak P and cost C. Removing every computation of a_u..a_{m-1} and keeping
+a_{m-1} resident throughout gives a schedule of ``seg(m, t, top)`` (by induction over the
+recursion: each block whose first checkpoint is at or above m-1 keeps its shape with base
+a_{m-1}; each below it is replaced by its transform), of peak at most P + size(a_{m-1}) (P -
+size(base) + size(a_{m-1}) for a held block) and cost at most C - fwd(u..m-1), since the
+sweep of b_t computes each of a_u..a_{m-1} at least once. So ``fwd(u..m-1) + seg(m, t, top)``
+at the lifted budget bounds the block from below (``_lifted``); where the persistent choice
+meets it, no drop choice is searched.
+
+Costs and sizes are exact (no memory discretization). Speed: each state's answer is kept as
+budget intervals found by bisection (the least cost is a step function of the budget), the
+search is branch and bound (a caller passes the most it could use; a search that proves it
+cannot meet that stops and records a lower bound), the schedule of the nearest solved budget
+below is the incumbent to beat, and segments with equal content share their states. The
+persistent recursion runs first (the old solver: ~0.5 s / ~3 s at n = 128 unit / heterogeneous,
+bench/results/fast_chains_bb.csv); the full class
+is then searched only for something strictly cheaper, a search that is mostly a proof and is
+bounded by ``SolveOptions.time_limit``; ``solve`` skips that search where the retention bound
+already meets the persistent cost. It is O(n^4) states x budget steps in pure Python:
+seconds at n = 64 and past 30 s at n = 128 (bench/results/fast_notes.md, session 4).
 
 A node's transient workspace (``RematGraph.workspace``) is added to its own candidate: in the
-forward sweeps (``run_peak``), in ``need`` (backward nodes and the loss) and in
-``store_peak[top]`` (every node of the segment), exactly as the simulator counts it.
-Workspace widens the gap to the true optimum: with a large loss workspace an optimum may drop
-a stored value across the loss and rebuild it in stage b_{n-1}, which no persistent schedule
-does. Measured on 40 random 4-layer chains at 4 budgets each (a one-off script against
-tests/exhaustive.py, on the DP before the interval rewrite): above the optimum in 9 cases of
-160 with random workspace, 3 without.
+sweeps, in ``need``/``own`` (each backward node's own operands) and in ``store_peak``, exactly
+as the simulator counts it.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import time
@@ -123,8 +145,9 @@ def chain_of(graph: RematGraph) -> Chain:
 
 
 class _ChainDP:
-    """Memoised branch-and-bound recursion over (segment, top, bytes), each state's value
-    function stored as intervals of budget.
+    """Memoised branch-and-bound recursion over the states of the module docstring (``seg``:
+    (s, t, top); ``drop``: (u, t, top, m, e)), each state's value function stored as
+    intervals of budget.
 
     The least cost of a state is a non-increasing step function of its budget M. When the
     recursion finds the optimum at M with a schedule whose own peak is P <= M, every budget in
@@ -136,55 +159,105 @@ class _ChainDP:
     caller's cutoff leave facts "the cost is at least v up to budget B" (``_Steps.above``),
     which, with the cost of the next interval up, answer later cutoffs without a search.
 
-    Three exact shortcuts keep the state count down: a state whose budget covers the peak of
-    storing every value (``store_peak``) costs exactly one computation per node (the least
+    ``extended`` False: the persistent recursion only (no held blocks with a drop above,
+    no drop states), Rotor's class; ``complete`` says whether answers are optimal over the
+    full class (set by ``search_below`` when a persistent answer is proven so).
+
+    Exact shortcuts keep the state count down: a ``seg`` state whose budget covers the peak
+    of storing every value (``store_peak``) costs exactly one computation per node (the least
     any schedule can pay); a state whose budget is below ``need`` (some backward node's own
     operands do not fit) is infeasible; and states are keyed by the *content* of their
     segment (``segment_id``: base size, every layer's costs and sizes, the gradient above),
     so the repeated layers of a uniform or block-repetitive chain share one solution.
+
+    Internally the chain has n + 1 layers: layer n is the loss (a_n: size 0, cost 0; its
+    backward node b_n is the loss node, whose output g_n = L is the gradient above b_{n-1}).
+    So the forward pass is the sweep of stage b_n and nothing about the loss is special.
     """
 
-    def __init__(self, chain: Chain):
+    def __init__(self, chain: Chain, extended: bool = True, deadline: float | None = None):
         self.c = chain
-        n = chain.n
+        self.extended = extended
+        self.deadline = deadline  # time.perf_counter() value; _OutOfTime past it
+        self.complete = extended  # its answers are optimal over the full class
+        n = self.n = chain.n + 1
+        self.mem = chain.fwd_mem + (0.0,)
+        self.fcost = chain.fwd_cost + (0.0,)
+        self.fws = chain.fwd_ws + (0.0,)
+        self.grad = chain.grad_mem + (0.0,)  # grad[k]: output of b_k; grad[n]: nothing above
+        self.bcost = chain.bwd_cost + (chain.loss_cost,)
+        self.bws = chain.bwd_ws + (chain.loss_ws,)
         self.memo: dict[tuple, _Steps] = {}
         self.cells: list[list[list]] = [[[None] * n for _ in range(n)] for _ in (0, 1)]
+        self.cells_by_key: dict[tuple, _Steps] = {}  # held and drop states
         self.solves = 0
-        self.fwd_prefix = _prefix(chain.fwd_cost)
-        self.bwd_prefix = _prefix(chain.bwd_cost)
-        self.need, self.store_peak = _range_tables(chain)
-        self.base = [0.0] + list(chain.fwd_mem[:n - 1])  # base[s]: size of a_{s-1}
-        self.segment_id = _segment_ids(chain, self.base)
+        self.sweeps: dict[tuple, tuple] = {}
+        self.fp = _prefix(self.fcost)
+        self.bp = _prefix(self.bcost)
+        self.base = [0.0] + list(self.mem[:n - 1])  # base[s]: size of a_{s-1}
+        self.need, self.store_peak = _range_tables(self)
+        # own[m][t]: the largest of b_m..b_t's own candidates (need without a held base)
+        self.own = [list(itertools.accumulate(
+            (self.need[k][k] if k >= m else -INF for k in range(n)), max)) for m in range(n)]
+        self.segment_id = _segment_ids(self)
 
     def store_cost(self, s: int, t: int, top: int) -> float:
         """Cost of stages b_t..b_s when every value is stored: each node once."""
-        fwd = self.fwd_prefix[t + 1 - top] - self.fwd_prefix[s]
-        return fwd + self.bwd_prefix[t + 1] - self.bwd_prefix[s]
+        return self.fp[t + 1 - top] - self.fp[s] + self.bp[t + 1] - self.bp[s]
 
     def best(self, s: int, t: int, top: int, budget: float,
              cutoff: float = INF) -> tuple[float, float]:
-        """(least cost, peak of the schedule that reaches it) of backward stages b_t..b_s
-        within ``budget`` (see the module docstring). Branch and bound: when the least cost
-        is above ``cutoff`` (the caller has no use for a dearer answer) the search may stop
-        once it proves that, and returns (a lower bound above the cutoff, inf). (inf, inf):
-        nothing fits."""
+        """(least cost, peak of the schedule that reaches it) of state seg(s, t, top) within
+        ``budget`` (see the module docstring). Branch and bound: when the least cost is above
+        ``cutoff`` (the caller has no use for a dearer answer) the search may stop once it
+        proves that, and returns (a lower bound above the cutoff, inf). (inf, inf): nothing
+        fits."""
         if budget < self.need[s][t]:
             return INF, INF
         if budget >= self.store_peak[top][s][t]:
             return self.store_cost(s, t, top), self.store_peak[top][s][t]
         steps = self.cells[top][s][t] or self.steps(s, t, top)
+        return self._lookup(steps, budget, cutoff, self._split, (s, t, top))
+
+    def held(self, s: int, t: int, top: int, m: int, e: int, budget: float,
+             cutoff: float = INF) -> tuple[float, float]:
+        """``best`` for state held(s, t, top, m, e): stages b_t..b_m (m > s) from base a_{s-1},
+        which stays, the sweep of b_t storing one first checkpoint a_j (j < m) and the part
+        above it ending at b_m with a_{m-1} resident iff ``e``."""
+        return self._state(("h", s, t, top, m, e), self._split_held, budget, cutoff)
+
+    def drop(self, u: int, t: int, top: int, m: int, e: int, budget: float,
+             cutoff: float = INF) -> tuple[float, float]:
+        """``best`` for state drop(u, t, top, m, e): stages b_t..b_m (m > u) from base
+        a_{u-1}, freed after its last read, ending with a_{m-1} resident iff ``e``."""
+        if budget < self.own[m][t]:
+            return INF, INF
+        return self._state(("d", u, t, top, m, e), self._split_drop, budget, cutoff)
+
+    def _state(self, key: tuple, split, budget: float, cutoff: float):
+        steps = self.cells_by_key.get(key)
+        if steps is None:
+            kind, s, t, top, m, e = key
+            content = (kind, self.segment_id[s][t], top, m - s, e)
+            steps = self.cells_by_key[key] = self.memo.setdefault(content, _Steps())
+        return self._lookup(steps, budget, cutoff, split, key[1:])
+
+    def _lookup(self, steps: "_Steps", budget: float, cutoff: float, split, state):
+        """The interval store's answer at ``budget``, solving (``split``) on a miss."""
         i = bisect_right(steps.low, budget) - 1
         if i < 0 or budget > steps.high[i]:
             known = steps.bound(budget, i)
-            if known > cutoff:
+            if known > cutoff or known == INF:  # (inf: proven infeasible)
                 return known, INF
             # the schedule of the interval below fits too: the answer unless beaten
             below = (steps.cost[i], steps.low[i], steps.choice[i]) if i >= 0 else (INF, INF, None)
-            if below[0] <= known:  # and nothing can beat it
+            if i >= 0 and below[0] <= known:  # and nothing can beat it
                 steps.high[i] = budget
                 return steps.answer(i)
             self.solves += 1
-            cost, peak, choice = self._split(s, t, top, budget, cutoff, below)
+            if self.deadline and not self.solves & 1023 and time.perf_counter() > self.deadline:
+                raise _OutOfTime
+            cost, peak, choice = split(*state, budget, cutoff, below)
             if choice is None and cutoff < INF:
                 steps.add_bound(budget, cost)
                 return cost, INF
@@ -192,99 +265,261 @@ class _ChainDP:
         return steps.answer(i)
 
     def steps(self, s: int, t: int, top: int) -> "_Steps":
-        """The interval store of state (s, t, top), shared by every segment with its content."""
-        key = (self.segment_id[s][t], top)
-        steps = self.memo.get(key)
-        if steps is None:
-            steps = self.memo[key] = _Steps()
+        """The interval store of state seg(s, t, top), shared by every segment with its
+        content."""
+        steps = self.memo.setdefault((self.segment_id[s][t], top), _Steps())
         self.cells[top][s][t] = steps
         return steps
 
-    def _split(self, s: int, t: int, top: int, budget: float, cutoff: float, incumbent):
-        """Try every first checkpoint j in s..t-1 of the forward sweep of stage b_t; return
-        (cost, peak, (j - s, keep)) of the cheapest, the lower peak among equal costs, or
-        (a lower bound, inf, None) if none costs at most ``cutoff``. ``incumbent``: (cost,
-        peak, choice) of a schedule known to fit, returned unless something beats it. (The
-        hot loop of the solver: table lookups are inlined.)"""
-        c, need, store_peak, best_of = self.c, self.need, self.store_peak[top], self.best
-        mem, fwd_cost, fp, bp = c.fwd_mem, c.fwd_cost, self.fwd_prefix, self.bwd_prefix
+    def _sweep(self, s: int, t: int, top: int):
+        """The forward sweep of stage b_t from base a_{s-1} through each j = s..t-1: (cost
+        through a_j, peak with the base held, peak with the base freed after computing a_s),
+        one list entry per j (cached: it does not depend on the budget)."""
+        key = (s, t, top)
+        found = self.sweeps.get(key)
+        if found:
+            return found
+        mem, fws, fc = self.mem, self.fws, self.fcost
         base = self.base[s]
-        # the top segment's sweep is the forward pass itself: no gradient exists yet
-        above = c.grad_mem[t + 1] if t < c.n - 1 else 0.0
-        extra = base + above + (mem[t] if top else 0.0)
-        up_budget, up_tail, low_head = budget - base, fp[t + 1 - top] + bp[t + 1], fp[s] + bp[s]
-        # Every node of the segment runs once, and a_s..a_{j-1}, which the sweep does not
-        # store, run again below j: ``floor + sweep before j`` bounds choice j from below and
-        # grows with j, so the loop stops once it passes the best total found.
-        floor = up_tail - low_head
-        # slack: a cutoff passed down must not drop a tie lost to float rounding
-        best, best_peak, choice = cutoff + _SLACK * abs(cutoff), INF, None
-        if incumbent[0] <= best:
-            best, best_peak, choice = incumbent
-        run_cost, run_peak, least = 0.0, 0.0, INF  # least: bound on the choices cut off
+        extra = base + self.grad[t + 1] + (mem[t] if top else 0.0)
+        costs, held, freed = [], [], []
+        cost, peak = 0.0, extra + mem[s] + fws[s]  # a_s: the base is still there
+        early = peak
         for j in range(s, t):
-            if floor + run_cost > best:
-                least = min(least, floor + run_cost)
+            if j > s:
+                pair = mem[j - 1] + mem[j] + fws[j]
+                peak, early = max(peak, extra + pair), max(early, extra - base + pair)
+            cost += fc[j]
+            costs.append(cost)
+            held.append(peak)
+            freed.append(early)
+        self.sweeps[key] = found = (costs, held, freed)
+        return found
+
+    def _split(self, s: int, t: int, top: int, budget: float, cutoff: float, incumbent):
+        """seg(s, t, top): the first block held(s, t, top, m', e') (stages b_t..b_{m'}), then
+        seg(s, m'-1, e'). Returns (cost, peak, (m' - s, e')) of the cheapest, the lower peak
+        among equal costs, or (a lower bound, inf, None) if none costs at most ``cutoff``.
+        ``incumbent``: (cost, peak, choice) of a schedule known to fit, returned unless
+        something beats it. Every node of the segment runs once and a_s..a_{m'-1-e'} run
+        again below the block: ``floor + forward cost of s..m'-1-e'`` bounds a choice from
+        below and grows with m', so the loop stops once it passes the best total found."""
+        fp, bp = self.fp, self.bp
+        floor = fp[t + 1 - top] - fp[s] + bp[t + 1] - bp[s]
+        block_least = fp[t + 1 - top] - fp[s] + bp[t + 1]  # less bp[m']
+        run = _Search(cutoff, incumbent)
+        self._persistent_pass(s, t, top, budget, floor, run)
+        if not self.extended:
+            return run.result()
+        for mp in range(s + 1, t + 1):
+            if run.stop(floor + fp[mp - 1] - fp[s]):
                 break
-            pair = (mem[j - 1] + mem[j] if j > s else mem[j]) + c.fwd_ws[j]
-            run_peak = max(run_peak, extra + pair)
-            run_cost += fwd_cost[j]
-            if run_peak > budget:
+            for e in (1, 0):
+                if run.stop(floor + fp[mp - e] - fp[s]):
+                    continue
+                rest, rest_peak = self.best(s, mp - 1, e, budget, run.best - block_least + bp[mp])
+                if run.missed(block_least - bp[mp] + rest, rest_peak):
+                    continue
+                if run.stop(self._lifted(s, t, top, mp, budget - self.base[s], run.best - rest)
+                            + rest):
+                    continue
+                block, block_peak = self.held(s, t, top, mp, e, budget, run.best - rest)
+                if not run.missed(block + rest, block_peak):
+                    run.offer(block + rest, max(block_peak, rest_peak), (mp - s, e, True))
+        return run.result()
+
+    def _persistent_pass(self, s: int, t: int, top: int, budget: float, floor: float,
+                         run: "_Search") -> None:
+        """The choices of ``_split`` whose first block stores a_{m'-1} and keeps it to b_{m'}
+        (the persistent recursion), tried first: a good incumbent early makes the cutoffs of
+        the full pass tight."""
+        fp, bp, base = self.fp, self.bp, self.base[s]
+        costs, held, _ = self._sweep(s, t, top)
+        for k, (run_cost, run_peak) in enumerate(zip(costs, held)):
+            j = s + k
+            if run_peak > budget or run.stop(floor + fp[j] - fp[s]):
                 break
-            u = j + 1
-            if up_budget < need[u][t]:
-                continue
-            low_least = fp[j] + bp[u] - low_head  # the part below stores everything
-            if up_budget >= store_peak[u][t]:
-                upper, up_peak = run_cost + up_tail - fp[u] - bp[u], store_peak[u][t]
-            else:
-                upper, up_peak = best_of(u, t, top, up_budget, best - run_cost - low_least)
-                upper += run_cost
-            if up_peak == INF or upper + low_least > best:
-                least = min(least, upper + low_least)
+            rest_least = fp[j] - fp[s] + bp[j + 1] - bp[s]
+            upper, up_peak = self.best(j + 1, t, top, budget - base,
+                                       run.best - run_cost - rest_least)
+            upper += run_cost
+            if run.missed(upper + rest_least, up_peak):
                 continue
             for keep in (1, 0):
-                low_cost, low_peak = best_of(s, j, keep, budget, best - upper)
-                total = upper + low_cost
-                if low_peak == INF or total > best:
-                    least = min(least, total)
+                low_cost, low_peak = self.best(s, j, keep, budget, run.best - upper)
+                if not run.missed(upper + low_cost, low_peak):
+                    run.offer(upper + low_cost, max(run_peak, base + up_peak, low_peak),
+                              (k + 1, keep, False))
+
+    def _split_held(self, s: int, t: int, top: int, m: int, e: int, budget: float,
+                    cutoff: float, incumbent):
+        """held(s, t, top, m, e): the sweep of b_t stores a_j first (j < m); the part above
+        it is seg(j+1, t, top) if m = j + 1 (then a_j stays iff e), else drop(j+1, t, top, m,
+        e). Choice: (j - s,)."""
+        base = self.base[s]
+        costs, held, _ = self._sweep(s, t, top)
+        run = _Search(cutoff, incumbent)
+        up_budget = budget - base
+        least = self._lifted(s, t, top, m, up_budget, run.best)
+        if run.stop(least):
+            return run.result()
+        for k in reversed(range(m - s)):  # j = m - 1 (the persistent choice) first
+            if held[k] > budget:
+                continue
+            j = s + k
+            if m == j + 1:
+                upper, up_peak = self.best(j + 1, t, top, up_budget, run.best - costs[k])
+            else:
+                upper, up_peak = self.drop(j + 1, t, top, m, e, up_budget, run.best - costs[k])
+            if not run.missed(costs[k] + upper, up_peak):
+                run.offer(costs[k] + upper, max(held[k], base + up_peak), (k,))
+            if run.settled(least):
+                break
+        return run.result()
+
+    def _lifted(self, u: int, t: int, top: int, m: int, budget: float, cutoff: float) -> float:
+        """A lower bound on every held or drop block over layers u..t ending at b_m within
+        ``budget`` (for held blocks: less their base): fwd(u..m-1) + seg(m, t, top) at
+        ``budget + size of a_{m-1}`` (module docstring, "Lifting"). Above ``cutoff`` it may
+        stop early with a weaker bound that is still above it."""
+        fwd = self.fp[m] - self.fp[u]
+        return fwd + self.best(m, t, top, budget + self.mem[m - 1], cutoff - fwd)[0]
+
+    def _split_drop(self, u: int, t: int, top: int, m: int, e: int, budget: float,
+                    cutoff: float, incumbent):
+        """drop(u, t, top, m, e): either the sweep of b_t stores a_j first (j < m) and
+        nothing below reads the base again, so it is freed right after the sweep computes
+        a_u, the part above being seg(j+1, t, top) (m = j + 1) or drop(j+1, t, top, m, e);
+        choice (0, j - u). Or a first block held(u, t, top, m', e'), m' > m, then
+        drop(u, m'-1, e', m, e); choice (1, m' - u, e')."""
+        fp, bp = self.fp, self.bp
+        costs, _, freed = self._sweep(u, t, top)
+        floor = fp[t + 1 - top] - fp[u] + bp[t + 1] - bp[m]  # every node once
+        run = _Search(cutoff, incumbent)
+        least = max(floor, self._lifted(u, t, top, m, budget, run.best))
+        if run.stop(least):
+            return run.result()
+        for k in reversed(range(m - u)):
+            if freed[k] > budget:
+                continue
+            j = u + k
+            if m == j + 1:
+                upper, up_peak = self.best(j + 1, t, top, budget, run.best - costs[k])
+            else:
+                upper, up_peak = self.drop(j + 1, t, top, m, e, budget, run.best - costs[k])
+            if not run.missed(costs[k] + upper, up_peak):
+                run.offer(costs[k] + upper, max(freed[k], up_peak), (0, k))
+            if run.settled(least):
+                return run.result()
+        block_least = fp[t + 1 - top] - fp[u] + bp[t + 1]  # less bp[m']
+        base = self.base[u]
+        for mp in range(m + 1, t + 1):
+            if run.stop(floor + fp[mp - 1] - fp[u]):
+                break
+            # the first block's lifted bound, shared by both e' (cut by the least rest)
+            block_lift = self._lifted(u, t, top, mp, budget - base,
+                                      run.best - (fp[mp - 1] - fp[u] + bp[mp] - bp[m]))
+            for e2 in (1, 0):
+                if run.stop(floor + fp[mp - e2] - fp[u]):
                     continue
-                peak = max(run_peak, base + up_peak, low_peak)
-                if total < best or peak < best_peak:
-                    best, best_peak, choice = total, peak, (j - s, keep)
-        return (best, best_peak, choice) if choice else (least, INF, None)
+                rest_least = self._lifted(u, mp - 1, e2, m, budget, run.best - block_lift)
+                if run.stop(block_lift + rest_least):
+                    continue
+                rest, rest_peak = self.drop(u, mp - 1, e2, m, e, budget,
+                                            run.best - block_least + bp[mp])
+                if run.missed(block_least - bp[mp] + rest, rest_peak):
+                    continue
+                block, block_peak = self.held(u, t, top, mp, e2, budget, run.best - rest)
+                if not run.missed(block + rest, block_peak):
+                    run.offer(block + rest, max(block_peak, rest_peak), (1, mp - u, e2))
+        return run.result()
 
     # ----- schedule reconstruction -------------------------------------------------------
     def stage_of(self, t: int, node: int) -> int:
         """Stage of a forward computation in the sweep that serves b_t (the forward pass for
-        the top segment, stage b_t otherwise)."""
+        b_n, the loss; stage b_t otherwise)."""
         n = self.c.n
-        return node if t == n - 1 else 2 * n - t
+        return node if t == n else 2 * n - t
+
+    def _sweep_ops(self, t: int, first: int, last: int, ops: list) -> None:
+        ops += [(self.stage_of(t, i), i) for i in range(first, last + 1) if i < self.c.n]
+
+    def _choice(self, key: tuple, budget: float):
+        steps = self.cells_by_key[key]
+        return steps.choice[steps.find(budget)]
 
     def recomputed(self, s: int, t: int, top: int, budget: float, ops: list) -> None:
         """Append the (stage, node) forward computations of ``best(s, t, top, budget)``."""
         if budget >= self.store_peak[top][s][t]:
-            ops += [(self.stage_of(t, i), i) for i in range(s, t + 1 - top)]
+            self._sweep_ops(t, s, t - top, ops)
             return
         self.best(s, t, top, budget)  # solved already unless float rounding moved the budget
         steps = self.steps(s, t, top)
-        offset, keep = steps.choice[steps.find(budget)]
-        j = s + offset
-        ops += [(self.stage_of(t, i), i) for i in range(s, j + 1)]
-        self.recomputed(j + 1, t, top, budget - self.base[s], ops)
-        self.recomputed(s, j, keep, budget, ops)
+        dm, e, block = steps.choice[steps.find(budget)]
+        if block:
+            self.recomputed_held(s, t, top, s + dm, e, budget, ops)
+        else:  # the persistent choice: a_{m'-1} stored first, the part above is a segment
+            self._sweep_ops(t, s, s + dm - 1, ops)
+            self.recomputed(s + dm, t, top, budget - self.base[s], ops)
+        self.recomputed(s, s + dm - 1, e, budget, ops)
 
-    def min_peak(self) -> float:
-        """The smallest peak above static memory of any schedule in the DP's class (an upper
-        bound on the graph's true smallest budget, which non-persistent schedules may beat).
+    def recomputed_held(self, s: int, t: int, top: int, m: int, e: int, budget: float,
+                        ops: list) -> None:
+        self.held(s, t, top, m, e, budget)
+        j = s + self._choice(("h", s, t, top, m, e), budget)[0]
+        self._sweep_ops(t, s, j, ops)
+        if m == j + 1:
+            self.recomputed(j + 1, t, top, budget - self.base[s], ops)
+        else:
+            self.recomputed_drop(j + 1, t, top, m, e, budget - self.base[s], ops)
 
-        The same recursion as ``best`` with max for + and no costs, by segment length, every
-        segment of one length at once (numpy): ``peak[top][s, t]``."""
-        c, n = self.c, self.c.n
-        mem, base = np.array(c.fwd_mem), np.array(self.base)
-        above = np.array(c.grad_mem[1:n] + (0.0,))  # above[t]: gradient over segment ..t
+    def recomputed_drop(self, u: int, t: int, top: int, m: int, e: int, budget: float,
+                        ops: list) -> None:
+        self.drop(u, t, top, m, e, budget)
+        choice = self._choice(("d", u, t, top, m, e), budget)
+        if choice[0] == 0:
+            j = u + choice[1]
+            self._sweep_ops(t, u, j, ops)
+            if m == j + 1:
+                self.recomputed(j + 1, t, top, budget, ops)
+            else:
+                self.recomputed_drop(j + 1, t, top, m, e, budget, ops)
+        else:
+            mp, e2 = u + choice[1], choice[2]
+            self.recomputed_held(u, t, top, mp, e2, budget, ops)
+            self.recomputed_drop(u, mp - 1, e2, m, e, budget, ops)
+
+    def min_peak(self, whole: bool) -> float:
+        """The smallest peak above static memory of any schedule in the DP's class (equal to
+        exhaustive search wherever measured, module docstring). The best persistent schedule's
+        peak (``_persistent_min_peak``) is reachable; below it, bisection on the DP's own
+        feasibility down to ``need`` (below it nothing fits). ``whole``: every size is a whole
+        number of bytes, so peaks are whole and the bisection is exact; otherwise it stops at
+        a relative 1e-12 above a budget found infeasible."""
+        root = (0, self.n - 1, 0)
+        high = self._persistent_min_peak()
+        low = self.need[0][self.n - 1] - (1.0 if whole else 0.0)  # known infeasible (or need)
+        probe = high - 1.0 if whole else None
+        while high - low > (1.0 if whole else 1e-12 * abs(high)):
+            if probe is None:
+                probe = math.floor((low + high) / 2) if whole else (low + high) / 2
+            cost, peak = self.best(*root, probe)
+            if cost < INF:
+                high = peak
+            else:
+                low = probe
+            probe = None
+        return high
+
+    def _persistent_min_peak(self) -> float:
+        """The smallest peak of a persistent schedule (no ``drop`` states): the recursion of
+        ``best`` with max for + and no costs, by segment length, every segment of one length
+        at once (numpy): ``peak[top][s, t]``."""
+        n = self.n
+        mem, base = np.array(self.mem), np.array(self.base)
+        above = np.array(self.grad[1:n + 1])  # above[t]: gradient over segment ..t
         peak = np.full((2, n, n), INF)
-        workspace = np.array(c.fwd_ws)
+        workspace = np.array(self.fws)
         for top in (0, 1):
             peak[top, range(n), range(n)] = np.diag(np.array(self.store_peak[top]))
         for length in range(1, n):
@@ -299,6 +534,55 @@ class _ChainDP:
                 upper = base[s][:, None] + peak[top][j + 1, t[:, None]]
                 peak[top][s, t] = np.maximum(np.maximum(run, upper), lower).min(axis=1)
         return float(peak[0][0, n - 1])
+
+
+class _OutOfTime(Exception):
+    """The search of the full class ran past its deadline."""
+
+
+class _Search:
+    """The running result of one split: the best (cost, peak, choice) so far (seeded with the
+    caller's cutoff and incumbent) and the least lower bound on the choices cut off."""
+
+    __slots__ = ("best", "peak", "choice", "least")
+
+    def __init__(self, cutoff: float, incumbent):
+        # slack: a cutoff passed down must not drop a tie lost to float rounding
+        self.best, self.peak, self.choice = cutoff + _SLACK * abs(cutoff), INF, None
+        if incumbent[0] <= self.best:
+            self.best, self.peak, self.choice = incumbent
+        self.least = INF
+
+    def stop(self, bound: float) -> bool:
+        """True (and the bound noted) when choices bounded below by ``bound`` cannot win."""
+        if bound > self.best:
+            self.least = min(self.least, bound)
+            return True
+        return False
+
+    def missed(self, total: float, peak: float) -> bool:
+        """True when a (partial) total cannot win: over the best, or a sub-answer that did
+        not fit or was cut off (peak inf; ``total`` is then a lower bound or inf)."""
+        if peak == INF or total > self.best:
+            self.least = min(self.least, total)
+            return True
+        return False
+
+    def settled(self, least: float) -> bool:
+        """True when ``least`` bounds every remaining choice and the best meets it: they
+        cannot win (noted as the bound on the choices cut off)."""
+        if self.best <= least:
+            self.least = min(self.least, least)
+            return True
+        return False
+
+    def offer(self, total: float, peak: float, choice) -> None:
+        """A schedule costing ``total`` <= best: kept if cheaper, or as cheap and lower."""
+        if total < self.best or peak < self.peak:
+            self.best, self.peak, self.choice = total, peak, choice
+
+    def result(self):
+        return (self.best, self.peak, self.choice) if self.choice else (self.least, INF, None)
 
 
 class _Steps:
@@ -369,39 +653,35 @@ def _prefix(values) -> list[float]:
     return out
 
 
-def _segment_ids(chain: Chain, base: list[float]) -> list[list[int]]:
+def _segment_ids(dp: _ChainDP) -> list[list[int]]:
     """``ids[s][t]``: equal for two segments exactly when their DP subproblems are identical
-    (same base size, same layer costs and sizes in order, same gradient above, both or neither
-    the top segment)."""
-    n = chain.n
-    layers = [(chain.fwd_cost[k], chain.fwd_mem[k], chain.grad_mem[k], chain.bwd_cost[k],
-               chain.fwd_ws[k], chain.bwd_ws[k]) for k in range(n)]
+    (same base size, same layer costs and sizes in order, same gradient above)."""
+    n = dp.n
+    layers = [(dp.fcost[k], dp.mem[k], dp.grad[k], dp.bcost[k], dp.fws[k], dp.bws[k])
+              for k in range(n)]
     interned: dict[tuple, int] = {}
     ids = [[-1] * n for _ in range(n)]
     for s in range(n):
-        prefix = interned.setdefault(("base", base[s]), len(interned))
+        prefix = interned.setdefault(("base", dp.base[s]), len(interned))
         for t in range(s, n):
             prefix = interned.setdefault((prefix, layers[t]), len(interned))
-            top_segment = t == n - 1
-            ids[s][t] = interned.setdefault((prefix, chain.grad_mem[t + 1], top_segment),
-                                            len(interned))
+            ids[s][t] = interned.setdefault((prefix, "above", dp.grad[t + 1]), len(interned))
     return ids
 
 
-def _range_tables(chain: Chain) -> tuple[list[list[float]], list[list[list[float]]]]:
-    """``need[s][t]``: the largest candidate of one backward node b_k (or the loss), s <= k <= t
-    (with base a_{s-1}), counting only its operands, output and workspace: a lower bound for
-    every schedule. ``store_peak[top][s][t]``: the exact peak of stages b_t..b_s when every
-    value is stored (each forward node of the sweep with its workspace, then each b_k)."""
-    n, m, g = chain.n, chain.fwd_mem, chain.grad_mem
+def _range_tables(dp: _ChainDP) -> tuple[list[list[float]], list[list[list[float]]]]:
+    """``need[s][t]``: the largest candidate of one backward node b_k, s <= k <= t (with base
+    a_{s-1}), counting only its operands, output and workspace: a lower bound for every
+    schedule of stages b_t..b_s. ``store_peak[top][s][t]``: the exact peak of stages
+    b_t..b_s when every value is stored (each forward node of the sweep with its workspace,
+    then each b_k)."""
+    n, m, g = dp.n, dp.mem, dp.grad
     prefix = _prefix(m)
-    # what b_k allocates besides its operands; the loss, like b_{n-1}, reads a_{n-1} and L
-    out = [g[k] + chain.bwd_ws[k] for k in range(n)]
-    out[n - 1] = max(out[n - 1], chain.loss_ws)
+    out = [g[k] + dp.bws[k] for k in range(n)]  # what b_k allocates besides its operands
     need = [[INF] * n for _ in range(n)]
     store = [[[INF] * n for _ in range(n)] for _ in (0, 1)]
     for s in range(n):
-        base = m[s - 1] if s else 0.0
+        base = dp.base[s]
         operands = m[s] + g[s + 1] + out[s]
         stored = prefix[s + 1] + g[s + 1] + out[s]
         sweep = -INF  # largest prefix(s..i) + fws[i] over the sweep's nodes so far
@@ -409,32 +689,85 @@ def _range_tables(chain: Chain) -> tuple[list[list[float]], list[list[list[float
             if t > s:
                 operands = max(operands, m[t - 1] + m[t] + g[t + 1] + out[t])
                 stored = max(stored, prefix[t + 1] + g[t + 1] + out[t])
-            above = base + (g[t + 1] if t < n - 1 else 0.0) - prefix[s]
+            above = base + g[t + 1] - prefix[s]
             need[s][t] = base + operands
             # top=1: a_t is resident, the sweep stops at f_{t-1}; top=0: it computes f_t too
             store[1][s][t] = max(base - prefix[s] + stored, above + m[t] + sweep)
-            sweep = max(sweep, prefix[t + 1] + chain.fwd_ws[t])
+            sweep = max(sweep, prefix[t + 1] + dp.fws[t])
             store[0][s][t] = max(base - prefix[s] + stored, above + sweep)
     return need, store
 
 
-def usable(chain: Chain, free_mem: float) -> float:
-    """``free_mem`` rounded down to whole bytes when every size is whole: then every peak the
-    DP adds up is an exact integer in float arithmetic, so ``budget - base`` and ``base +
-    peak`` round-trip and the interval bookkeeping is exact."""
+def whole_sizes(chain: Chain) -> bool:
+    """True when every size is a whole number of bytes (then every peak the DP adds up is an
+    exact integer in float arithmetic)."""
     sizes = chain.fwd_mem + chain.grad_mem + chain.fwd_ws + chain.bwd_ws + (chain.loss_ws,)
-    if math.isfinite(free_mem) and all(float(v).is_integer() and abs(v) < 2 ** 50 for v in sizes):
+    return all(float(v).is_integer() and abs(v) < 2 ** 50 for v in sizes)
+
+
+def usable(chain: Chain, free_mem: float) -> float:
+    """``free_mem`` rounded down to whole bytes when every size is whole: then ``budget -
+    base`` and ``base + peak`` round-trip and the interval bookkeeping is exact."""
+    if math.isfinite(free_mem) and whole_sizes(chain):
         return float(math.floor(free_mem))
     return free_mem
 
 
-def optimal_cost(chain: Chain, free_mem: float) -> tuple[float, _ChainDP]:
-    """The least compute cost within ``free_mem`` bytes above static memory (inf if none)."""
+def _deep_recursion(chain: Chain):
+    """The recursion nests about 3 frames per layer on each of its two kinds of state."""
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 20 * chain.n + 1000))
+    sys.setrecursionlimit(max(limit, 60 * chain.n + 1000))
+    return limit
+
+
+def optimal_cost(chain: Chain, free_mem: float,
+                 deadline: float | None = None) -> tuple[float, _ChainDP]:
+    """The least compute cost within ``free_mem`` bytes above static memory (inf if none),
+    and the DP that found it: the persistent recursion, then the full class searched for
+    something cheaper (``search_below``)."""
+    cost, persistent = persistent_cost(chain, free_mem)
+    return search_below(chain, free_mem, cost, persistent, deadline)
+
+
+def persistent_cost(chain: Chain, free_mem: float) -> tuple[float, _ChainDP]:
+    """The least cost of a persistent schedule (Rotor's class; fast), and its DP."""
+    limit = _deep_recursion(chain)
     try:
-        dp = _ChainDP(chain)
-        return dp.best(0, chain.n - 1, 0, usable(chain, free_mem))[0] + chain.loss_cost, dp
+        persistent = _ChainDP(chain, extended=False)
+        return persistent.best(0, persistent.n - 1, 0, usable(chain, free_mem))[0], persistent
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def search_below(chain: Chain, free_mem: float, cost: float, persistent: _ChainDP,
+                 deadline: float | None = None) -> tuple[float, _ChainDP]:
+    """Search the full class for a schedule cheaper than ``cost`` (the persistent optimum);
+    its cutoff makes the search mostly a proof. Returns the least cost and the DP holding its
+    schedule (``complete`` True); past ``deadline`` (a ``time.perf_counter()`` value) the
+    persistent answer, ``complete`` False."""
+    limit = _deep_recursion(chain)
+    try:
+        full = _ChainDP(chain, deadline=deadline)
+        try:
+            better, peak = full.best(0, full.n - 1, 0, usable(chain, free_mem), cost * (1 - 1e-12))
+        except _OutOfTime:
+            return cost, persistent
+        if peak < INF or cost == INF:
+            return min(better, cost), full
+        persistent.complete = True  # nothing in the full class is cheaper
+        return cost, persistent
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def min_free_mem(chain: Chain, deadline: float | None = None) -> float:
+    """The smallest peak above static memory of any schedule of ``chain`` in the DP's class
+    (past ``deadline``: of any persistent schedule, an upper bound)."""
+    limit = _deep_recursion(chain)
+    try:
+        return _ChainDP(chain, deadline=deadline).min_peak(whole_sizes(chain))
+    except _OutOfTime:
+        return _ChainDP(chain)._persistent_min_peak()
     finally:
         sys.setrecursionlimit(limit)
 
@@ -443,7 +776,11 @@ def schedule(graph: RematGraph, dp: _ChainDP, free_mem: float) -> tuple[np.ndarr
     """R/S of the optimal schedule the DP found (every node in its own stage, plus the
     forward recomputations of the backward stages)."""
     ops: list[tuple[int, int]] = []
-    dp.recomputed(0, dp.c.n - 1, 0, usable(dp.c, free_mem), ops)
+    limit = _deep_recursion(dp.c)
+    try:
+        dp.recomputed(0, dp.n - 1, 0, usable(dp.c, free_mem), ops)
+    finally:
+        sys.setrecursionlimit(limit)
     R = np.eye(graph.size, dtype=bool)
     for stage, node in ops:
         R[stage, node] = True
@@ -452,22 +789,29 @@ def schedule(graph: RematGraph, dp: _ChainDP, free_mem: float) -> tuple[np.ndarr
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     start = time.perf_counter()
+    deadline = None if options.time_limit is None else start + options.time_limit
     chain = chain_of(graph)
     free_mem = float(budget) - graph.static_mem
-    cost, dp = optimal_cost(chain, free_mem)
+    cost, dp = persistent_cost(chain, free_mem)
+    known = None
+    if cost < INF:  # where the retention bound meets it, nothing is cheaper: no search
+        known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
+        dp.complete = meets(cost, known.value)
+    if not dp.complete:
+        cost, dp = search_below(chain, free_mem, cost, dp, deadline)
     if cost == INF:
-        least = graph.static_mem + dp.min_peak()
+        least = graph.static_mem + min_free_mem(chain, deadline)
         return Solution.infeasible(graph, "chain-dp", budget, min_budget=least,
                                    solve_time=time.perf_counter() - start)
     R, S = schedule(graph, dp, free_mem)
-    # optimal among persistent schedules only (module docstring); over all schedules only
-    # where the retention bound meets it (measured: most budgets above the tightest fifth)
-    known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
+    if known is None:
+        known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
+    # optimal over all schedules where the retention bound meets it (module docstring)
     status = "optimal" if meets(cost, known.value) else "feasible"
     sol = Solution.from_schedule(graph, R, S, "chain-dp", status, budget,
                                  lower_bound=known.value,
                                  solve_time=time.perf_counter() - start,
-                                 states=dp.solves, optimal_in_class=True)
+                                 states=dp.solves, optimal_in_class=dp.complete)
     if sol.peak_memory > budget or not np.isclose(sol.compute_cost, cost, rtol=1e-9):
         raise RematError(f"chain-dp: internal error, the DP's schedule simulates to cost "
                          f"{sol.compute_cost} and peak {sol.peak_memory} (DP: cost {cost} within "
