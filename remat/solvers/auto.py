@@ -29,7 +29,12 @@ and in bench/results/bounds.csv auto never chose lp-rounding above T = 129; at T
 rounding won."""
 DEFAULT_TIME_LIMIT = 30.0
 CHAIN_DP_MAX_LAYERS = 100
-"""chain-dp takes < 0.2 s up to 64 heterogeneous layers, ~3 s at 128 (bench/results/fast_notes.md)."""
+"""chain-dp's persistent recursion takes < 0.2 s up to 64 heterogeneous layers, ~3 s at 128;
+its search beyond persistent schedules (where the bound does not already prove them) 3-9 s
+at 64 layers and tight budgets (bench/results/fast_notes.md, session 4)."""
+CHAIN_DP_SECONDS = 10.0
+"""The most auto gives chain-dp's search: past it the persistent schedule stands, and milp
+(short chains) gets its turn sooner."""
 
 
 def candidate_methods(graph: RematGraph) -> list[str]:
@@ -55,7 +60,10 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         best = _cheapest(results)
         if best is not None and meets(best.compute_cost, known.value, options.mip_rel_gap):
             break  # the bound already proves it: slower methods cannot do better
-        results.append(solver(name)(graph, budget, replace(options, initial=best)))
+        limit = min(options.time_limit, CHAIN_DP_SECONDS) if name == "chain-dp" \
+            else options.time_limit
+        results.append(solver(name)(graph, budget, replace(options, initial=best,
+                                                           time_limit=limit)))
     feasible = [r for r in results if r.feasible]
     elapsed = time.perf_counter() - start
     bound = max([known.value] + [r.lower_bound for r in results])
