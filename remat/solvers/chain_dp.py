@@ -367,15 +367,20 @@ class _ChainDP:
             if held[k] > budget:
                 continue
             j = s + k
-            if m == j + 1:
-                upper, up_peak = self.best(j + 1, t, top, up_budget, run.best - costs[k])
-            else:
-                upper, up_peak = self.drop(j + 1, t, top, m, e, up_budget, run.best - costs[k])
+            upper, up_peak = self._above(j, t, top, m, e, up_budget, run.best - costs[k])
             if not run.missed(costs[k] + upper, up_peak):
                 run.offer(costs[k] + upper, max(held[k], base + up_peak), (k,))
             if run.settled(least):
                 break
         return run.result()
+
+    def _above(self, j: int, t: int, top: int, m: int, e: int, budget: float,
+               cutoff: float):
+        """The part above a stored a_j: seg(j+1, t, top) when j + 1 = m, else
+        drop(j+1, t, top, m, e)."""
+        if m == j + 1:
+            return self.best(j + 1, t, top, budget, cutoff)
+        return self.drop(j + 1, t, top, m, e, budget, cutoff)
 
     def _lifted(self, u: int, t: int, top: int, m: int, budget: float, cutoff: float) -> float:
         """A lower bound on every held or drop block over layers u..t ending at b_m within
@@ -403,10 +408,7 @@ class _ChainDP:
             if freed[k] > budget:
                 continue
             j = u + k
-            if m == j + 1:
-                upper, up_peak = self.best(j + 1, t, top, budget, run.best - costs[k])
-            else:
-                upper, up_peak = self.drop(j + 1, t, top, m, e, budget, run.best - costs[k])
+            upper, up_peak = self._above(j, t, top, m, e, budget, run.best - costs[k])
             if not run.missed(costs[k] + upper, up_peak):
                 run.offer(costs[k] + upper, max(freed[k], up_peak), (0, k))
             if run.settled(least):
