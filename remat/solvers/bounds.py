@@ -126,10 +126,10 @@ def stage_room(graph: RematGraph, budget: float) -> np.ndarray:
 def retained(graph: RematGraph, room: np.ndarray, gap_list: list[tuple[int, int, int]],
              weights: np.ndarray, time_limit: float | None = 10.0,
              threads: int | None = None) -> set[int] | None:
-    """The indices of the gaps in ``gap_list`` (``gaps(graph)``) that a knapsack keeps to keep the most
-    ``weights`` (one per gap) within ``room`` (per stage, see ``stage_room``): the bound's
-    knapsack with other prices, the ``retention`` method's starting point. Gaps of no weight
-    are dropped. None if some room is negative or HiGHS found no solution in time."""
+    """The indices of the gaps in ``gap_list`` (``gaps(graph)``) that a knapsack keeps to
+    keep the most ``weights`` (one per gap) within ``room`` (per stage, see ``stage_room``):
+    the bound's knapsack with other prices, the ``retention`` method's starting point. Gaps
+    of no weight are dropped. None if some room is negative or HiGHS found no solution in time."""
     if (room < 0).any():
         return None
     columns = [k for k in range(len(gap_list)) if weights[k] > 0]

@@ -167,8 +167,9 @@ def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int
     kick the best schedule (drop a few values from a random stage of their residency on,
     then the hold pass) and restart from the knapsack with randomly scaled weights (then both
     passes). Measured on the 9 cases of bench/results/bounds.csv still over 1% (a one-off
-    script, 20 s each): kicks alone took gpt2 module 60% from 1.0405 to 1.0214, random weights alone resnet50
-    module 40% from 1.0361 to 1.0306 and U-Net op 80% from 1.0165 to 1.0052."""
+    script, 20 s each): kicks alone took gpt2 module 60% from 1.0405 to 1.0214, random
+    weights alone resnet50 module 40% from 1.0361 to 1.0306 and U-Net op 80% from 1.0165 to
+    1.0052."""
     rng = np.random.default_rng(seed)
     stall, turn = 0, 0
     while stall < STALL and not _past(deadline):
