@@ -84,13 +84,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from remat.errors import RematError
+from remat.errors import RematError, UnsupportedGraphError
 from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions
 from remat.solvers.bounds import bound_time, meets, retention_bound
-from remat.errors import UnsupportedGraphError
 
 INF = float("inf")
 _SLACK = 1e-12
