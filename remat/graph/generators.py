@@ -21,7 +21,8 @@ def training_graph(forward_deps: Sequence[Sequence[int]], cost: Sequence[float],
                    input_mem: float = 0.0, loss_cost: float = 1.0, loss_mem: float = 1.0,
                    static_mem: float = 0.0, backward_ratio: float = 2.0,
                    grad_mem: float | None = None,
-                   activation: Sequence[float] | None = None) -> RematGraph:
+                   activation: Sequence[float] | None = None,
+                   backward_reads: Sequence[str] | None = None) -> RematGraph:
     """Mirror a forward DAG into a whole training step (forward, loss, backward).
 
     ``forward_deps[k]`` lists the forward nodes node k reads (all earlier). The loss reads every
@@ -30,6 +31,8 @@ def training_graph(forward_deps: Sequence[Sequence[int]], cost: Sequence[float],
     of k's input) is the size of k's input, or ``input_mem`` for nodes that read only the input
     (``grad_mem``, if given, sets every backward size instead). ``activation[k]`` is the size of
     k's output tensor when ``mem[k]`` also counts what k saves for its backward (default: mem).
+    ``backward_reads[k]`` narrows what b_k reads besides the gradients: "inputs" (a matmul or
+    convolution without bias), "output" (ReLU, sigmoid) or "both" (the default).
     """
     n = len(forward_deps)
     names = list(names) if names is not None else [f"f{k}" for k in range(n)]
@@ -47,7 +50,13 @@ def training_graph(forward_deps: Sequence[Sequence[int]], cost: Sequence[float],
         grads = [bwd_index[u] for u in fwd_users[k]] or [loss]
         if not fwd_users[k]:
             grads = [loss]
-        all_deps.append(sorted(set(grads + list(forward_deps[k]) + [k])))
+        reads = "both" if backward_reads is None else backward_reads[k]
+        if reads not in ("inputs", "output", "both"):
+            raise ValueError(f"backward_reads[{k}] must be 'inputs', 'output' or 'both', "
+                             f"got {reads!r}")
+        saved = (list(forward_deps[k]) if reads != "output" else []) + \
+            ([k] if reads != "inputs" else [])
+        all_deps.append(sorted(set(grads + saved)))
         all_cost.append(backward_ratio * cost[k])
         inputs = forward_deps[k]
         act = mem if activation is None else activation
@@ -108,6 +117,26 @@ def random_dag(n: int, seed: int = 0, unit: bool = False) -> RematGraph:
     mem = (rng.integers(1, 9, n) * MiB // 2).astype(float)
     return training_graph(deps, list(cost), list(mem), input_mem=float(mem[0]), loss_mem=4,
                           static_mem=4 * MiB)
+
+
+def op_chain(n: int, seed: int = 0) -> RematGraph:
+    """A chain of ``n`` op-level layers as captured at op granularity: heavy ops (convolution,
+    matmul: their backward reads their input) alternate with cheap ones (ReLU: its backward
+    reads its output), with a few skip connections into heavy ops. Dropping a cheap op's
+    output then means rebuilding it from the heavy op's output, which nothing else keeps."""
+    _check_size("op_chain", n, 1)
+    rng = np.random.default_rng(seed)
+    deps: list[list[int]] = [[k - 1] if k else [] for k in range(n)]
+    for k in range(2, n, 2):
+        if rng.random() < 0.3:
+            deps[k].append(int(rng.integers(0, k - 1)))
+    heavy = [k % 2 == 0 for k in range(n)]
+    cost = [float(rng.lognormal(0.0, 0.5)) if h else float(rng.uniform(0.005, 0.05))
+            for h in heavy]
+    mem = [float(rng.integers(1, 9) * MiB // 2) for _ in range(n)]
+    reads = ["inputs" if h else "output" for h in heavy]
+    return training_graph(deps, cost, mem, input_mem=mem[0], loss_mem=4, static_mem=4 * MiB,
+                          backward_reads=reads)
 
 
 def _shrinking_size(k: int, n: int, rng) -> int:
