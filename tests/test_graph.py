@@ -113,6 +113,19 @@ def test_linear_structure():
     assert g.is_chain and not remat.graphs.unet(2).is_chain
 
 
+def test_op_chain_backward_reads():
+    """Heavy ops' backward reads their input, cheap ops' their output: a heavy op's output
+    is read by the next op alone, as a convolution's before a ReLU at op granularity."""
+    g = remat.graphs.op_chain(4, seed=0)
+    assert g.names[:5] == ("f0", "f1", "f2", "f3", "loss")
+    grad = {g.names[b][len("grad_"):]: b for b in g.backward_nodes}
+    assert set(g.deps[grad["f1"]]) - {grad["f2"]} == {1}  # ReLU: its output
+    assert 2 not in g.deps[grad["f2"]] and 1 in g.deps[grad["f2"]]  # conv: its input
+    assert [u for u in g.users[0]] == [1]
+    with pytest.raises(ValueError, match="backward_reads"):
+        remat.graphs.training_graph([[], [0]], [1, 1], [1, 1], backward_reads=["both", "all"])
+
+
 def test_articulation_points():
     # forward: 0 -> 1 -> 2 -> 3 with a skip 0 -> 2: only 2 separates (3 and the loss hang off it)
     g = remat.graphs.training_graph([[], [0], [0, 1], [2]], [1] * 4, [1] * 4)
