@@ -229,6 +229,34 @@ def test_auto_uses_milp_on_small_graphs_and_reports_its_bound():
     check_fits(graph, sol, budget)
 
 
+def test_auto_time_limit_bounds_the_whole_call(monkeypatch):
+    """Each method gets what is left of auto's limit, half of it when an exact method
+    follows: with the slow methods using all they are given (a fake clock), the call ends
+    at the limit (it used to give each method the whole limit)."""
+    from types import SimpleNamespace
+    from remat.solvers import auto
+
+    graph = remat.graphs.linear(4, unit=True)
+    budget = remat.parse_budget("80%", graph)
+    stand_in = solver("griewank")(graph, budget, SolveOptions())  # fits, cost 15 > bound
+    clock, given = [0.0], {}
+
+    def fake(name):
+        def run(graph, budget, options):
+            given[name] = options.time_limit
+            if name in ("retention", "chain-dp", "milp"):
+                clock[0] += options.time_limit
+            return stand_in
+        return run
+
+    monkeypatch.setattr(auto, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(auto, "solver", fake)
+    sol = auto.solve(graph, budget, SolveOptions(time_limit=20))
+    assert given["retention"] == pytest.approx(10) and given["chain-dp"] == pytest.approx(5)
+    assert given["milp"] == pytest.approx(5) and clock[0] == pytest.approx(20)
+    assert sol.compute_cost == 15 and len(sol.details["tried"]) == len(given)
+
+
 def test_milp_returns_the_vector_of_its_optimum_with_a_start():
     """HiGHS 1.16 with presolve and a start solution reported objective 12 here but returned
     the start's vector (cost 14, the retention schedule of then); the backend now runs

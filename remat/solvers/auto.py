@@ -8,7 +8,9 @@ always; on chains
 ``chain-dp`` (the best persistent schedule, fast); then ``milp``, started from the best
 schedule so far, on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP relaxation with
 rounding (``lp-rounding``, whose LP optimum is a proven bound) up to ``LP_MAX_NODES``.
-Without a ``time_limit`` each step gets ``DEFAULT_TIME_LIMIT`` seconds.
+``time_limit`` (default ``DEFAULT_TIME_LIMIT`` seconds) bounds the whole call: each method gets
+what is left (``_share``: half of it when an exact method follows), so the call ends within
+the limit plus the last method's overrun (a HiGHS solve or simulation in progress).
 """
 from __future__ import annotations
 
@@ -32,6 +34,10 @@ CHAIN_DP_MAX_LAYERS = 100
 """chain-dp's persistent recursion takes < 0.2 s up to 64 heterogeneous layers, ~3 s at 128;
 its search beyond persistent schedules (where the bound does not already prove them) 3-9 s
 at 64 layers and tight budgets (bench/results/fast_notes.md, session 4)."""
+EXACT_METHODS = ("chain-dp", "milp", "lp-rounding")
+"""The methods after the baselines: whoever comes before one of them leaves it half the time."""
+MIN_STEP_SECONDS = 0.1
+"""The least time a method gets once the limit is spent (the baselines take milliseconds)."""
 CHAIN_DP_SECONDS = 10.0
 """The most auto gives chain-dp's search: past it the persistent schedule stands, and milp
 (short chains) gets its turn sooner."""
@@ -53,15 +59,16 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     start = time.perf_counter()
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
+    deadline = start + options.time_limit
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
     results: list[Solution] = []
-    for name in candidate_methods(graph):
+    methods = candidate_methods(graph)
+    for k, name in enumerate(methods):
         # exact methods start from the best schedule so far instead of rerunning the baselines
         best = _cheapest(results)
         if best is not None and meets(best.compute_cost, known.value, options.mip_rel_gap):
             break  # the bound already proves it: slower methods cannot do better
-        limit = min(options.time_limit, CHAIN_DP_SECONDS) if name == "chain-dp" \
-            else options.time_limit
+        limit = _share(name, deadline - time.perf_counter(), methods[k + 1:])
         results.append(solver(name)(graph, budget, replace(options, initial=best,
                                                            time_limit=limit)))
     feasible = [r for r in results if r.feasible]
@@ -77,6 +84,16 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     return Solution.from_schedule(graph, best.R, best.S, "auto", status, budget,
                                   lower_bound=bound, solve_time=elapsed, min_budget=min_budget,
                                   chosen=best.method, tried=[r.method for r in results])
+
+
+def _share(name: str, left: float, later: list[str]) -> float:
+    """The seconds method ``name`` gets of the ``left`` in auto's time limit: half when an
+    exact method follows (chain-dp at most ``CHAIN_DP_SECONDS``), else all of it; never less
+    than ``MIN_STEP_SECONDS``, so that the fast baselines always run."""
+    share = left / 2 if any(m in EXACT_METHODS for m in later) else left
+    if name == "chain-dp":
+        share = min(share, CHAIN_DP_SECONDS)
+    return max(share, MIN_STEP_SECONDS)
 
 
 def _cheapest(results: list[Solution]) -> Solution | None:
