@@ -106,13 +106,21 @@ def rows_for(name, graph, percent, limit, plain_max):
         feasible = sol is not None and sol.feasible
         lower = sol.lower_bound if feasible and label != "best-classic" else None
         out.append(dict(graph=name, T=graph.size, budget=percent, method=label,
-                        status=sol.status if sol is not None else "infeasible",
+                        status=_status(sol),
                         cost=_rel(sol.compute_cost, total) if feasible else None,
                         bound=_rel(lower, total) if lower is not None else None,
                         gap=(sol.compute_cost / lower - 1) if lower else None,
                         seconds=round(wall, 3),
                         chosen=sol.details.get("chosen") if feasible else None))
     return out
+
+
+def _status(sol):
+    """The solver's status, except "no schedule" where it stopped before it found one (its
+    "infeasible" then proves nothing)."""
+    if sol is None or sol.details.get("reason") == "stopped before any schedule was found":
+        return "no schedule"
+    return sol.status
 
 
 def _rel(value, total):

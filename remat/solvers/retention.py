@@ -130,11 +130,13 @@ def _grow(plan: "Plan", budget: float, best: tuple, weights: np.ndarray,
     return cost, R, S, kept
 
 
-def _hold(graph: RematGraph, budget: float, best: tuple, deadline: float) -> tuple:
+def _hold(graph: RematGraph, budget: float, best: tuple, deadline: float,
+          window: tuple[int, int] | None = None) -> tuple:
     """Hill climbing on the schedule itself: instead of computing a value again in a later
     stage, keep it from its previous computation (with whatever it no longer needs rebuilt),
     dearest recomputation first, whenever that lowers the cost and still fits. It reaches
-    what gaps cannot express: an ancestor rebuilt for one value and kept for the next."""
+    what gaps cannot express: an ancestor rebuilt for one value and kept for the next.
+    ``window`` (first, last stage): only moves that keep a value across one of these."""
     cost, R, S, kept = best
     improved = True
     while improved and not _past(deadline):
@@ -145,6 +147,8 @@ def _hold(graph: RematGraph, budget: float, best: tuple, deadline: float) -> tup
             if not R[t, v]:  # an earlier move removed it
                 continue
             before = int(np.flatnonzero(R[:t, v])[-1])
+            if window is not None and (t < window[0] or before >= window[1]):
+                continue
             S_try = S.copy()
             S_try[before + 1:t + 1, v] = True
             R_try, S_try = tighten(graph, S_try)
@@ -157,48 +161,64 @@ def _hold(graph: RematGraph, budget: float, best: tuple, deadline: float) -> tup
 KICKS = 3
 """Values whose residency one kick of ``_search`` drops."""
 STALL = 30
-"""Tries in a row without a better schedule that end ``_search`` (60 took gpt2 module 40%
-from 1.1237 to 1.1145 in 30 s, but doubles the time on small graphs where nothing is left
-to find)."""
+"""Tries of each kind of move in a row without a better schedule that end ``_search``, once
+the time since its last improvement is also longer than the time it took to get there. On
+gpt2 at module level, 40%, 15 s, seeds 0-3: 1.1237/1.1149/1.1436/1.1330 of the total with 30
+tries of either kind in a row, 1.1147/1.1147/1.1436/1.1150 with this rule. Searching to the
+deadline wherever the gap is over 1% instead made milp's warm start, which calls this
+without a time limit, take 10 s instead of 1.4 s on 8-layer chains."""
 
 
 def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int,
             threads, bound: float) -> tuple:
-    """Iterated local search until the deadline, until ``STALL`` tries in a row fail, or until
-    the best meets ``bound`` (proven optimal): alternately kick the best schedule (drop a few
-    values from a random stage of their residency on, then the hold pass) and restart from
-    the knapsack with randomly scaled weights (then both passes). Measured on the 9 cases of bench/results/bounds.csv still over 1% (a one-off
-    script, 20 s each): kicks alone took gpt2 module 60% from 1.0405 to 1.0214, random
-    weights alone resnet50 module 40% from 1.0361 to 1.0306 and U-Net op 80% from 1.0165 to
-    1.0052."""
+    """Iterated local search until the deadline, until it stalls (``STALL``), or until the
+    best meets ``bound`` (proven optimal): kick the best schedule (drop a few values from
+    a random stage of their residency on, then the hold pass) or restart from the knapsack
+    with randomly scaled weights (then both passes), each kind of move given the same time,
+    so the cheaper runs more often. Measured on the 9 cases of bench/results/bounds.csv still
+    over 1% (a one-off script, 20 s each): kicks alone took gpt2 module 60% from 1.0405 to
+    1.0214, random weights alone resnet50 module 40% from 1.0361 to 1.0306 and U-Net op 80%
+    from 1.0165 to 1.0052. Taking turns, restarts (3x dearer there) held gpt2 module 60% at
+    1.0405 for 30 s; sharing time, it reached 1.0214, proven optimal, in 1.6 s."""
     rng = np.random.default_rng(seed)
-    stall, turn = 0, 0
-    while stall < STALL and not _past(deadline) and not meets(best[0], bound):
-        turn += 1
-        if turn % 2:
+    stall, spent = [0, 0], [0.0, 0.0]  # failed tries and seconds: of kicks, of restarts
+    start = last = time.perf_counter()  # last: when the best last improved
+    while not _past(deadline) and not meets(best[0], bound) and \
+            (min(stall) < STALL or time.perf_counter() - last < last - start):
+        move, began = int(spent[1] < spent[0]), time.perf_counter()
+        if move == 0:
             found = _kick(plan.graph, budget, best, rng, deadline)
         else:
             found = _restart(plan, budget, rng, deadline, threads)
+        spent[move] += time.perf_counter() - began
         if found is not None and found[0] < best[0] - 1e-12 * abs(best[0]):
-            best, stall = found, 0
+            best, stall, last = found, [0, 0], time.perf_counter()
         else:
-            stall += 1
+            stall[move] += 1
     return best
 
 
 def _kick(graph: RematGraph, budget: float, best: tuple, rng, deadline: float):
     """``best`` with ``KICKS`` random values dropped from a random resident stage on, then
-    the hold pass; None if it does not fit."""
+    the hold pass over the stages that freed (a full pass took 20 s of 30 on random_dag(250)
+    at 40%); None if it does not fit."""
     _, _, S, kept = best
     S = S.copy()
     values = [v for v in np.flatnonzero(S.any(axis=0)) if graph.cost[v] > 0]
     if not values:
         return None
+    first, last = graph.size, 0
     for v in rng.choice(values, size=min(KICKS, len(values)), replace=False):
         stages = np.flatnonzero(S[:, v])
-        S[stages[rng.integers(len(stages))]:stages[-1] + 1, v] = False
+        start = stages[rng.integers(len(stages))]
+        S[start:stages[-1] + 1, v] = False
+        first, last = min(first, start), max(last, stages[-1])
     R, S = tighten(graph, S)
-    found = _hold(graph, budget, (simulate(graph, R, S).compute_cost, R, S, kept), deadline)
+    sim = simulate(graph, R, S)
+    if sim.peak_memory > budget:  # the hold pass only takes moves that fit
+        return None
+    found = _hold(graph, budget, (sim.compute_cost, R, S, kept), deadline,
+                  window=(first, last + 1))
     return found if simulate(graph, found[1], found[2]).peak_memory <= budget else None
 
 
