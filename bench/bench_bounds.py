@@ -133,7 +133,8 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for method, marker in (("milp-plain", "x"), ("auto", "o"), ("retention", "^"), ("chain-dp", "s")):
+    markers = (("milp-plain", "x"), ("auto", "o"), ("retention", "^"), ("chain-dp", "s"))
+    for method, marker in markers:
         pts = [(r["T"], max(r["gap"], 1e-5)) for r in rows
                if r["method"] == method and r["gap"] is not None]
         if pts:
@@ -184,8 +185,9 @@ def write(rows, args) -> None:
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    meta = dict(command="PYTHONPATH=. python " + " ".join(sys.argv), python=platform.python_version(),
-                machine=platform.machine(), cpus=os.cpu_count(), when=time.strftime("%Y-%m-%d %H:%M"))
+    meta = dict(command="PYTHONPATH=. python " + " ".join(sys.argv),
+                python=platform.python_version(), machine=platform.machine(),
+                cpus=os.cpu_count(), when=time.strftime("%Y-%m-%d %H:%M"))
     with open(args.output + ".json", "w") as handle:
         json.dump({"meta": meta, "rows": rows}, handle, indent=1)
 
