@@ -176,7 +176,7 @@ def test_hold_pass_keeps_rebuilt_values(monkeypatch):
     budget = remat.parse_budget("60%", graph)
     held = solver("retention")(graph, budget, SolveOptions(time_limit=10))
     monkeypatch.setattr(retention, "_hold",
-                        lambda graph, budget, best, deadline, window=None: best)
+                        lambda plan, budget, best, deadline, window=None: best)
     plain = solver("retention")(graph, budget, SolveOptions(time_limit=10))
     assert held.compute_cost / graph.total_cost < 1.10 < 1.3 < plain.compute_cost / graph.total_cost
     assert held.peak_memory <= budget and plain.peak_memory <= budget

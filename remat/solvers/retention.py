@@ -70,7 +70,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         until = deadline or now + GROW_SECONDS
         best = _grow(plan, budget, best, weights, now + GROW_SHARE * max(0.0, until - now))
         if not meets(best[0], known.value):
-            best = _hold(graph, budget, best, until)
+            best = _hold(plan, budget, best, until)
         best = _search(plan, budget, best, until, options.seed, options.threads, known.value)
     elapsed = time.perf_counter() - began
     if best is None:  # min_budget: the least peak this method reaches (keep nothing at worst)
@@ -99,11 +99,12 @@ def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
         limit = 2.0 if deadline is None else max(0.1, min(2.0, deadline - time.perf_counter()))
         room = np.maximum(room - cut, 0.0) if attempt < REPAIRS else room
         kept = retained(graph, room, plan.gaps, weights, time_limit=limit, threads=threads)
+        plan.work += 1
         if kept is None:
             continue
         tries += 1
         R, S = plan.schedule(kept)
-        sim = simulate(graph, R, S)
+        sim = plan.price(R, S)
         least = min(least, sim.peak_memory)
         if sim.peak_memory <= budget:
             return (sim.compute_cost, R, S, kept), kept, tries, least
@@ -124,20 +125,20 @@ def _grow(plan: "Plan", budget: float, best: tuple, weights: np.ndarray,
             if k in kept or _past(deadline):
                 continue
             R_try, S_try = plan.schedule(kept | {k})
-            sim = simulate(plan.graph, R_try, S_try)
+            sim = plan.price(R_try, S_try)
             if sim.peak_memory <= budget and sim.compute_cost < cost:
                 cost, R, S, kept, improved = sim.compute_cost, R_try, S_try, kept | {k}, True
     return cost, R, S, kept
 
 
-def _hold(graph: RematGraph, budget: float, best: tuple, deadline: float,
+def _hold(plan: "Plan", budget: float, best: tuple, deadline: float,
           window: tuple[int, int] | None = None) -> tuple:
     """Hill climbing on the schedule itself: instead of computing a value again in a later
     stage, keep it from its previous computation (with whatever it no longer needs rebuilt),
     dearest recomputation first, whenever that lowers the cost and still fits. It reaches
     what gaps cannot express: an ancestor rebuilt for one value and kept for the next.
     ``window`` (first, last stage): only moves that keep a value across one of these."""
-    cost, R, S, kept = best
+    graph, (cost, R, S, kept) = plan.graph, best
     improved = True
     while improved and not _past(deadline):
         improved = False
@@ -152,7 +153,7 @@ def _hold(graph: RematGraph, budget: float, best: tuple, deadline: float,
             S_try = S.copy()
             S_try[before + 1:t + 1, v] = True
             R_try, S_try = tighten(graph, S_try)
-            sim = simulate(graph, R_try, S_try)
+            sim = plan.price(R_try, S_try)
             if sim.peak_memory <= budget and sim.compute_cost < cost - 1e-12 * abs(cost):
                 cost, R, S, improved = sim.compute_cost, R_try, S_try, True
     return cost, R, S, kept
@@ -162,7 +163,7 @@ KICKS = 3
 """Values whose residency one kick of ``_search`` drops."""
 STALL = 30
 """Tries of each kind of move in a row without a better schedule that end ``_search``, once
-the time since its last improvement is also longer than the time it took to get there. On
+the work since its last improvement is also more than the work it took to get there. On
 gpt2 at module level, 40%, 15 s, seeds 0-3: 1.1237/1.1149/1.1436/1.1330 of the total with 30
 tries of either kind in a row, 1.1147/1.1147/1.1436/1.1150 with this rule. Searching to the
 deadline wherever the gap is over 1% instead made milp's warm start, which calls this
@@ -174,35 +175,37 @@ def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int
     """Iterated local search until the deadline, until it stalls (``STALL``), or until the
     best meets ``bound`` (proven optimal): kick the best schedule (drop a few values from
     a random stage of their residency on, then the hold pass) or restart from the knapsack
-    with randomly scaled weights (then both passes), each kind of move given the same time,
-    so the cheaper runs more often. Measured on the 9 cases of bench/results/bounds.csv still
+    with randomly scaled weights (then both passes), each kind of move given the same work
+    (``Plan.work``: schedules priced, knapsacks solved), so the cheaper runs more often. Work,
+    unlike seconds, does not depend on the machine: a seed gives the same schedule on every
+    run unless a deadline cuts in. Measured on the 9 cases of bench/results/bounds.csv still
     over 1% (a one-off script, 20 s each): kicks alone took gpt2 module 60% from 1.0405 to
     1.0214, random weights alone resnet50 module 40% from 1.0361 to 1.0306 and U-Net op 80%
     from 1.0165 to 1.0052. Taking turns, restarts (3x dearer there) held gpt2 module 60% at
-    1.0405 for 30 s; sharing time, it reached 1.0214, proven optimal, in 1.6 s."""
+    1.0405 for 30 s; sharing seconds, it reached 1.0214, proven optimal, in 1.6 s."""
     rng = np.random.default_rng(seed)
-    stall, spent = [0, 0], [0.0, 0.0]  # failed tries and seconds: of kicks, of restarts
-    start = last = time.perf_counter()  # last: when the best last improved
+    stall, spent = [0, 0], [0, 0]  # failed tries and work (plan.work): of kicks, of restarts
+    start = last = plan.work  # last: when the best last improved
     while not _past(deadline) and not meets(best[0], bound) and \
-            (min(stall) < STALL or time.perf_counter() - last < last - start):
-        move, began = int(spent[1] < spent[0]), time.perf_counter()
+            (min(stall) < STALL or plan.work - last < last - start):
+        move, began = int(spent[1] < spent[0]), plan.work
         if move == 0:
-            found = _kick(plan.graph, budget, best, rng, deadline)
+            found = _kick(plan, budget, best, rng, deadline)
         else:
             found = _restart(plan, budget, rng, deadline, threads)
-        spent[move] += time.perf_counter() - began
+        spent[move] += plan.work - began
         if found is not None and found[0] < best[0] - 1e-12 * abs(best[0]):
-            best, stall, last = found, [0, 0], time.perf_counter()
+            best, stall, last = found, [0, 0], plan.work
         else:
             stall[move] += 1
     return best
 
 
-def _kick(graph: RematGraph, budget: float, best: tuple, rng, deadline: float):
+def _kick(plan: "Plan", budget: float, best: tuple, rng, deadline: float):
     """``best`` with ``KICKS`` random values dropped from a random resident stage on, then
     the hold pass over the stages that freed (a full pass took 20 s of 30 on random_dag(250)
     at 40%); None if it does not fit."""
-    _, _, S, kept = best
+    graph, (_, _, S, kept) = plan.graph, best
     S = S.copy()
     values = [v for v in np.flatnonzero(S.any(axis=0)) if graph.cost[v] > 0]
     if not values:
@@ -214,12 +217,11 @@ def _kick(graph: RematGraph, budget: float, best: tuple, rng, deadline: float):
         S[start:stages[-1] + 1, v] = False
         first, last = min(first, start), max(last, stages[-1])
     R, S = tighten(graph, S)
-    sim = simulate(graph, R, S)
+    sim = plan.price(R, S)
     if sim.peak_memory > budget:  # the hold pass only takes moves that fit
         return None
-    found = _hold(graph, budget, (sim.compute_cost, R, S, kept), deadline,
-                  window=(first, last + 1))
-    return found if simulate(graph, found[1], found[2]).peak_memory <= budget else None
+    return _hold(plan, budget, (sim.compute_cost, R, S, kept), deadline,
+                 window=(first, last + 1))
 
 
 def _restart(plan: "Plan", budget: float, rng, deadline: float, threads):
@@ -231,7 +233,7 @@ def _restart(plan: "Plan", budget: float, rng, deadline: float, threads):
         return None
     now = time.perf_counter()
     found = _grow(plan, budget, found, weights, now + GROW_SHARE * max(0.0, deadline - now))
-    return _hold(plan.graph, budget, found, deadline)
+    return _hold(plan, budget, found, deadline)
 
 
 def _recomputations(graph: RematGraph, R: np.ndarray) -> list[tuple[int, int]]:
@@ -248,6 +250,7 @@ class Plan:
     def __init__(self, graph: RematGraph):
         self.graph = graph
         self.gaps = gaps(graph)
+        self.work = 0  # schedules priced and knapsacks solved: how ``_search`` shares its time
         self.whole = np.zeros((graph.size, graph.size), dtype=bool)
         for v in range(graph.size):
             if graph.users[v]:
@@ -269,6 +272,11 @@ class Plan:
 
     def schedule(self, kept: set[int]) -> tuple[np.ndarray, np.ndarray]:
         return tighten(self.graph, self.resident(kept))
+
+    def price(self, R: np.ndarray, S: np.ndarray):
+        """The simulator's verdict on (R, S), counted in ``work``."""
+        self.work += 1
+        return simulate(self.graph, R, S)
 
     def rebuild_costs(self, kept: set[int]) -> np.ndarray:
         """Per gap, what dropping it costs given the kept gaps: v itself plus every ancestor
