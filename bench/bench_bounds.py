@@ -38,6 +38,7 @@ from pathlib import Path
 
 import remat
 from remat.solvers import SolveOptions, solver
+from remat.solvers.base import NO_SCHEDULE_YET
 from remat.solvers.bounds import retention_bound
 from remat.solvers.milp import best_baseline, solve_with
 from remat.solvers.milp_model import TIGHT
@@ -118,7 +119,7 @@ def rows_for(name, graph, percent, limit, plain_max):
 def _status(sol):
     """The solver's status, except "no schedule" where it stopped before it found one (its
     "infeasible" then proves nothing)."""
-    if sol is None or sol.details.get("reason") == "stopped before any schedule was found":
+    if sol is None or sol.details.get("reason") == NO_SCHEDULE_YET:
         return "no schedule"
     return sol.status
 

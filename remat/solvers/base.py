@@ -8,6 +8,10 @@ from typing import Callable
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
 
+NO_SCHEDULE_YET = "stopped before any schedule was found"
+"""``details["reason"]`` of an "infeasible" Solution from a solver that hit its time limit (or
+Ctrl-C) before it found any schedule: it proves nothing about the budget."""
+
 
 @dataclass(frozen=True)
 class SolveOptions:

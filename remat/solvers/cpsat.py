@@ -21,7 +21,7 @@ from remat.errors import RematError
 from remat.graph.core import RematGraph
 from remat.schedule.rs import cheapest_r
 from remat.schedule.solution import Solution
-from remat.solvers.base import SolveOptions
+from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
 from remat.solvers.milp import warm_start
 from remat.solvers.milp_model import TIGHT, MilpModel
 from remat.solvers.min_budget import min_budget
@@ -146,7 +146,7 @@ def _solution(graph, budget, built, cp, cp_model, code, warm, start, options) ->
         R, S = warm.R, warm.S
     else:
         return Solution.infeasible(graph, "cpsat", budget, None, solve_time=elapsed,
-                                   reason="stopped before any schedule was found")
+                                   reason=NO_SCHEDULE_YET)
     sol = Solution.from_schedule(graph, R, S, "cpsat", "feasible", budget, lower_bound=bound,
                                  solve_time=elapsed, backend_status=cp.StatusName(code))
     if sol.peak_memory > budget:

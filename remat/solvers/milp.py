@@ -18,7 +18,7 @@ from remat.schedule.rs import cheapest_r
 from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
 from remat.solvers import highs_backend
-from remat.solvers.base import BASELINES, SolveOptions, applicable, solver
+from remat.solvers.base import BASELINES, NO_SCHEDULE_YET, SolveOptions, applicable, solver
 from remat.solvers.bounds import PROVEN_RTOL, Bound, bound_time, meets, retention_bound
 from remat.solvers.milp_model import TIGHT, Formulation, MilpModel
 from remat.solvers.min_budget import min_budget, peak_lower_bound
@@ -105,7 +105,7 @@ def _solution(graph, budget, model, result, warm, method, began, options,
     if candidate is None:
         return Solution.infeasible(graph, method, budget, None,
                                    solve_time=time.perf_counter() - began,
-                                   reason="stopped before any schedule was found", **details)
+                                   reason=NO_SCHEDULE_YET, **details)
     R, S = candidate
     sol = Solution.from_schedule(graph, R, S, method, status, budget, lower_bound=bound,
                                  solve_time=time.perf_counter() - began, **details)

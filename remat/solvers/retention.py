@@ -137,7 +137,8 @@ def _hold(plan: "Plan", budget: float, best: tuple, deadline: float,
     stage, keep it from its previous computation (with whatever it no longer needs rebuilt),
     dearest recomputation first, whenever that lowers the cost and still fits. It reaches
     what gaps cannot express: an ancestor rebuilt for one value and kept for the next.
-    ``window`` (first, last stage): only moves that keep a value across one of these."""
+    ``window`` (first, end): only moves that keep a value across a stage from first
+    through end."""
     graph, (cost, R, S, kept) = plan.graph, best
     improved = True
     while improved and not _past(deadline):
@@ -166,8 +167,9 @@ STALL = 30
 the work since its last improvement is also more than the work it took to get there. On
 gpt2 at module level, 40%, 15 s, seeds 0-3: 1.1237/1.1149/1.1436/1.1330 of the total with 30
 tries of either kind in a row, 1.1147/1.1147/1.1436/1.1150 with this rule. Searching to the
-deadline wherever the gap is over 1% instead made milp's warm start, which calls this
-without a time limit, take 10 s instead of 1.4 s on 8-layer chains."""
+deadline wherever the gap is over 1% instead made the 8-layer chain case of
+test_chain_dp_matches_milp take 10.2 s instead of 1.4 s: milp's warm start calls this
+without a time limit, so the search ran its full ``GROW_SECONDS``."""
 
 
 def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int,
@@ -182,7 +184,8 @@ def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int
     over 1% (a one-off script, 20 s each): kicks alone took gpt2 module 60% from 1.0405 to
     1.0214, random weights alone resnet50 module 40% from 1.0361 to 1.0306 and U-Net op 80%
     from 1.0165 to 1.0052. Taking turns, restarts (3x dearer there) held gpt2 module 60% at
-    1.0405 for 30 s; sharing seconds, it reached 1.0214, proven optimal, in 1.6 s."""
+    1.0405 for 30 s; sharing seconds, it reached 1.0214 (proven optimal) in 1.6 s; sharing
+    work, 1.021659 (0.025% above the bound) at limits of 14 and 30 s alike."""
     rng = np.random.default_rng(seed)
     stall, spent = [0, 0], [0, 0]  # failed tries and work (plan.work): of kicks, of restarts
     start = last = plan.work  # last: when the best last improved
@@ -203,8 +206,9 @@ def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int
 
 def _kick(plan: "Plan", budget: float, best: tuple, rng, deadline: float):
     """``best`` with ``KICKS`` random values dropped from a random resident stage on, then
-    the hold pass over the stages that freed (a full pass took 20 s of 30 on random_dag(250)
-    at 40%); None if it does not fit."""
+    the hold pass over the stages that freed; None if it does not fit, decided before the
+    hold pass, which only takes moves that fit (on random_dag(250) at 40% one pass over such
+    a kick took 21 s of 30)."""
     graph, (_, _, S, kept) = plan.graph, best
     S = S.copy()
     values = [v for v in np.flatnonzero(S.any(axis=0)) if graph.cost[v] > 0]
@@ -250,7 +254,7 @@ class Plan:
     def __init__(self, graph: RematGraph):
         self.graph = graph
         self.gaps = gaps(graph)
-        self.work = 0  # schedules priced and knapsacks solved: how ``_search`` shares its time
+        self.work = 0  # schedules priced and knapsacks solved: what ``_search`` shares out
         self.whole = np.zeros((graph.size, graph.size), dtype=bool)
         for v in range(graph.size):
             if graph.users[v]:
