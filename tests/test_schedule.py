@@ -126,6 +126,32 @@ def test_s_from_r_and_tighten_are_fixed_points():
     assert np.array_equal(s_from_r(g, R), S)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_s_from_r_keeps_each_value_from_its_last_computation_to_each_read(seed):
+    """The definition, checked cell by cell on random recomputations: S[t, d] exactly where
+    d is read in a later-or-equal stage r (from outside r: not computed in r) with no
+    computation of d in stages t..r; and (R, S) is valid."""
+    g = remat.graphs.random_dag(12, seed=seed)
+    rng = np.random.default_rng(seed)
+    R = np.eye(g.size, dtype=bool) | np.tril(rng.random((g.size, g.size)) < 0.15, -1)
+    S = s_from_r(g, R)
+    for d in range(g.size):
+        for t in range(g.size):
+            covering = [r for r in range(t, g.size)
+                        if any(R[r, k] for k in g.users[d]) and not R[r, d]
+                        and not R[t:r + 1, d].any()]
+            assert S[t, d] == bool(covering), (t, d)
+    simulate(g, R, S)
+
+
+def test_s_from_r_names_a_read_before_any_computation():
+    g = chain()
+    R = np.eye(5, dtype=bool)
+    R[0, 0] = False
+    with pytest.raises(InvalidScheduleError, match="stage 1: .*'b'.* reads .*'a'.* before any"):
+        s_from_r(g, R)
+
+
 def test_recomputing_a_resident_value_replaces_it():
     g = diamond()
     R, S = checkpoint_all(g)

@@ -83,6 +83,15 @@ class RematGraph:
                 out[dep].append(node)
         return tuple(tuple(u) for u in out)
 
+    @cached_property
+    def dep_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """The dependencies as arrays (CSR): node k reads ``indices[indptr[k]:indptr[k+1]]``."""
+        indptr = np.zeros(self.size + 1, dtype=np.int64)
+        indptr[1:] = np.cumsum([len(d) for d in self.deps])
+        indices = np.fromiter((d for deps in self.deps for d in deps), dtype=np.int64,
+                              count=int(indptr[-1]))
+        return indptr, indices
+
     def predecessors(self, node: int) -> tuple[int, ...]:
         return self.deps[node]
 

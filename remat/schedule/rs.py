@@ -12,31 +12,35 @@ import numpy as np
 
 from remat.errors import InvalidScheduleError
 from remat.graph.core import RematGraph
-from remat.schedule.simulate import as_matrix
+from remat.schedule.simulate import as_matrix, row_lists
 
 
 def cheapest_r(graph: RematGraph, S) -> np.ndarray:
     """The least R that makes ``S`` a valid schedule (R[t] never recomputes a resident value)."""
     S = as_matrix(graph, S, "S")
     size = graph.size
-    early = np.argwhere(np.triu(S))
-    if early.size:
-        t, i = map(int, early[0])
+    if np.triu(S).any():
+        t, i = map(int, np.argwhere(np.triu(S))[0])
         raise InvalidScheduleError(f"S[{t},{i}]=1: stage {t} cannot start with "
                                    f"{graph.describe(i)}, which comes at or after node {t}")
-    R = np.zeros((size, size), dtype=bool)
-    for t in range(size):
-        resident = S[t]
-        wanted = [t]
-        if t + 1 < size:
-            wanted += [int(i) for i in np.flatnonzero(S[t + 1] & ~resident)]
-        row = R[t]
+    kept_new = np.zeros_like(S)  # kept into stage t+1 but not resident at stage t
+    kept_new[:-1] = S[1:] & ~S[:-1]
+    deps = graph.deps
+    stages: list[int] = []
+    nodes: list[int] = []
+    for t, wanted in enumerate(row_lists(kept_new)):
+        resident, row = S[t], set()
+        wanted.append(t)
         while wanted:
             node = wanted.pop()
-            if row[node]:
+            if node in row:
                 continue
-            row[node] = True
-            wanted.extend(d for d in graph.deps[node] if not resident[d] and not row[d])
+            row.add(node)
+            wanted.extend(d for d in deps[node] if not resident[d] and d not in row)
+        stages += [t] * len(row)
+        nodes += row
+    R = np.zeros((size, size), dtype=bool)
+    R[stages, nodes] = True
     return R
 
 
@@ -44,22 +48,35 @@ def s_from_r(graph: RematGraph, R) -> np.ndarray:
     """The least S for ``R``: each value stays from its last computation to its last read."""
     R = as_matrix(graph, R, "R")
     size = graph.size
+    stage, reader, dep = _reads(graph, R)
+    outside = ~R[stage, dep]  # not read from a copy computed earlier in the same stage
+    stage, reader, dep = stage[outside], reader[outside], dep[outside]
+    first = np.where(R.any(axis=0), R.argmax(axis=0), size)
+    early = np.flatnonzero(first[dep] >= stage)
+    if early.size:
+        i = early[0]
+        raise InvalidScheduleError(
+            f"stage {stage[i]}: {graph.describe(int(reader[i]))} reads "
+            f"{graph.describe(int(dep[i]))} before any stage computes it")
+    read = np.zeros((size, size), dtype=bool)
+    read[stage, dep] = True
+    # S[t, d]: the next event of d from stage t on (a computation or such a read) is a read
     S = np.zeros((size, size), dtype=bool)
-    last_computed = np.full(size, -1)
-    for t in range(size):
-        computed = np.flatnonzero(R[t])
-        in_stage = set(int(k) for k in computed)
-        for k in computed:
-            for d in graph.deps[int(k)]:
-                if d in in_stage and d < k:
-                    continue
-                if last_computed[d] < 0:
-                    raise InvalidScheduleError(
-                        f"stage {t}: {graph.describe(int(k))} reads {graph.describe(d)} before "
-                        f"any stage computes it")
-                S[last_computed[d] + 1:t + 1, d] = True
-        last_computed[computed] = t
+    following = np.zeros(size, dtype=bool)
+    for t in range(size - 1, -1, -1):
+        following = (following & ~R[t]) | read[t]
+        S[t] = following
     return S
+
+
+def _reads(graph: RematGraph, R: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(stage, reader, value) of every read of ``R``'s computations, ordered as they run."""
+    stage, node = np.nonzero(R)
+    indptr, indices = graph.dep_edges
+    counts = indptr[node + 1] - indptr[node]
+    offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    dep = indices[np.repeat(indptr[node], counts) + offsets]
+    return np.repeat(stage, counts), np.repeat(node, counts), dep
 
 
 def tighten(graph: RematGraph, S) -> tuple[np.ndarray, np.ndarray]:

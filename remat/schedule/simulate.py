@@ -82,24 +82,21 @@ def check_shape(graph: RematGraph, R: np.ndarray, S: np.ndarray) -> None:
     """The structural rules: R[t,t]=1, nothing computed after t, nothing resident from >= t,
     and a value kept into stage t+1 was resident or computed in stage t."""
     size = graph.size
-    missing = np.flatnonzero(~np.diagonal(R))
-    if missing.size:
-        t = int(missing[0])
+    if not np.diagonal(R).all():
+        t = int(np.flatnonzero(~np.diagonal(R))[0])
         raise InvalidScheduleError(f"stage {t} must compute its own {graph.describe(t)} (R[{t},{t}]=0)")
-    upper = np.argwhere(np.triu(R, 1))
-    if upper.size:
-        t, i = map(int, upper[0])
+    if np.triu(R, 1).any():
+        t, i = map(int, np.argwhere(np.triu(R, 1))[0])
         raise InvalidScheduleError(f"stage {t} computes {graph.describe(i)}, which comes after "
                                    f"node {t}: stage t may compute only nodes <= t")
-    early = np.argwhere(np.triu(S))
-    if early.size:
-        t, i = map(int, early[0])
+    if np.triu(S).any():
+        t, i = map(int, np.argwhere(np.triu(S))[0])
         raise InvalidScheduleError(f"stage {t} starts with {graph.describe(i)} resident, but it "
                                    f"is not computed before stage {i}")
     if size > 1:
-        grown = np.argwhere(S[1:] & ~(S[:-1] | R[:-1]))
-        if grown.size:
-            t, i = map(int, grown[0])
+        grown = S[1:] & ~(S[:-1] | R[:-1])
+        if grown.any():
+            t, i = map(int, np.argwhere(grown)[0])
             raise InvalidScheduleError(f"{graph.describe(i)} is resident at the start of stage "
                                        f"{t + 1} but was neither resident nor computed in stage {t}")
 
@@ -112,13 +109,25 @@ def simulate(graph: RematGraph, R, S) -> Simulation:
     R = as_matrix(graph, R, "R")
     S = as_matrix(graph, S, "S")
     check_shape(graph, R, S)
+    keep = np.zeros_like(S)  # kept into the next stage
+    keep[:-1] = S[1:]
+    # resident values a stage frees at its start if it does not read them: not kept, or kept
+    # as the copy it computes again
+    unkept = row_lists(S & (~keep | R))
     state = _Replay(graph)
-    for t in range(graph.size):
-        keep = S[t + 1] if t + 1 < graph.size else np.zeros(graph.size, dtype=bool)
-        state.run_stage(t, np.flatnonzero(R[t]), np.flatnonzero(S[t]), keep)
+    for t, computed in enumerate(row_lists(R)):
+        state.run_stage(t, computed, unkept[t], S[t], keep[t])
     # priced as counts x cost so that checkpoint-all costs exactly graph.total_cost
     cost = float((R.sum(axis=0) * graph.cost).sum())
     return Simulation(state.peak, cost, tuple(state.events), state.peak_stage, state.peak_node)
+
+
+def row_lists(matrix: np.ndarray) -> list[list[int]]:
+    """The column indices of each row's nonzeros, increasing (one pass over the matrix)."""
+    rows, cols = np.nonzero(matrix)
+    ends = np.searchsorted(rows, np.arange(matrix.shape[0] + 1)).tolist()
+    cols = cols.tolist()
+    return [cols[ends[t]:ends[t + 1]] for t in range(matrix.shape[0])]
 
 
 class _Replay:
@@ -126,45 +135,45 @@ class _Replay:
 
     def __init__(self, graph: RematGraph):
         self.graph = graph
-        self.mem = graph.mem
-        self.workspace = graph.workspace
-        self.alive = np.zeros(graph.size, dtype=bool)
+        self.mem = graph.mem.tolist()
+        self.workspace = graph.workspace.tolist()
+        self.alive: set[int] = set()
         self.used = float(graph.static_mem)
         self.peak = float(graph.static_mem)
         self.peak_stage = self.peak_node = -1
         self.events: list[Event] = []
 
-    def run_stage(self, t: int, computed: np.ndarray, resident: np.ndarray, keep: np.ndarray) -> None:
-        graph = self.graph
+    def run_stage(self, t: int, computed: list[int], unkept: list[int], resident: np.ndarray,
+                  keep: np.ndarray) -> None:
+        """Stage t: ``computed`` in order; ``unkept``: the resident values it frees as soon as
+        nothing in the stage reads them."""
+        deps = self.graph.deps
         reads = self._count_reads(t, computed, resident)
-        recomputed = set(int(k) for k in computed)
-        for i in resident:  # resident values this stage neither reads nor keeps go right away
-            i = int(i)
-            if reads.get(i, 0) == 0 and (not keep[i] or i in recomputed):
+        for i in unkept:  # resident values this stage neither reads nor keeps go right away
+            if reads.get(i, 0) == 0:
                 self._free(t, i)
         for k in computed:
-            k = int(k)
             self._compute(t, k)
-            for v in graph.deps[k] + (k,):
-                if v != k:
-                    reads[v] -= 1
-                if self.alive[v] and reads.get(v, 0) == 0 and not keep[v]:
+            for v in deps[k]:
+                reads[v] -= 1
+                if reads[v] == 0 and not keep[v] and v in self.alive:
                     self._free(t, v)
+            if reads.get(k, 0) == 0 and not keep[k]:
+                self._free(t, k)
 
-    def _count_reads(self, t: int, computed: np.ndarray, resident: np.ndarray) -> dict[int, int]:
-        graph = self.graph
-        available = set(int(i) for i in resident)
+    def _count_reads(self, t: int, computed: list[int], resident: np.ndarray) -> dict[int, int]:
+        deps, done = self.graph.deps, set()
         reads: dict[int, int] = {}
         for k in computed:
-            k = int(k)
-            for d in graph.deps[k]:
-                if d not in available:
+            for d in deps[k]:
+                if d not in done and not resident[d]:
+                    graph = self.graph
                     raise InvalidScheduleError(
                         f"stage {t}: {graph.describe(k)} needs {graph.describe(d)}, which is "
                         f"neither resident at the start of stage {t} nor computed earlier in it; "
                         f"keep it (S[{t},{d}]=1) or recompute it (R[{t},{d}]=1)")
                 reads[d] = reads.get(d, 0) + 1
-            available.add(k)
+            done.add(k)
         return reads
 
     def _compute(self, t: int, k: int) -> None:
@@ -174,10 +183,13 @@ class _Replay:
             self.peak, self.peak_stage, self.peak_node = max(candidate, self.peak), t, k
         self.events.append(Event(t, "compute", k, candidate))
         # a recomputed copy replaces a still-resident one
-        self.used = allocated - (self.mem[k] if self.alive[k] else 0.0)
-        self.alive[k] = True
+        if k in self.alive:
+            self.used = allocated - self.mem[k]
+        else:
+            self.used = allocated
+            self.alive.add(k)
 
     def _free(self, t: int, v: int) -> None:
-        self.alive[v] = False
+        self.alive.discard(v)
         self.used -= self.mem[v]
         self.events.append(Event(t, "free", v, self.used))
