@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from remat.schedule.rs import cheapest_r
-from remat.schedule.simulate import _Replay, simulate
+from remat.schedule.simulate import _Replay, simulate, unkept_mask
 
 
 def _rows(t: int):
@@ -41,10 +41,11 @@ def _stage(graph, t: int, current: np.ndarray, following: np.ndarray) -> tuple[f
         S[t + 1, :t + 1] = following
     R = cheapest_r(graph, S)
     replay = _Replay(graph)
-    replay.alive[:t] = current
+    replay.alive = set(np.flatnonzero(current).tolist())
     replay.used = replay.peak = graph.static_mem + float(np.dot(current, graph.mem[:t]))
     keep = S[t + 1] if t + 1 < size else np.zeros(size, dtype=bool)
-    replay.run_stage(t, np.flatnonzero(R[t]), np.flatnonzero(S[t]), keep)
+    unkept = np.flatnonzero(unkept_mask(R[t], S[t], keep)).tolist()
+    replay.run_stage(t, np.flatnonzero(R[t]).tolist(), unkept, S[t], keep)
     return float(graph.cost[R[t]].sum()), replay.peak
 
 

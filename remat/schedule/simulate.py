@@ -111,15 +111,19 @@ def simulate(graph: RematGraph, R, S) -> Simulation:
     check_shape(graph, R, S)
     keep = np.zeros_like(S)  # kept into the next stage
     keep[:-1] = S[1:]
-    # resident values a stage frees at its start if it does not read them: not kept, or kept
-    # as the copy it computes again
-    unkept = row_lists(S & (~keep | R))
+    unkept = row_lists(unkept_mask(R, S, keep))
     state = _Replay(graph)
     for t, computed in enumerate(row_lists(R)):
         state.run_stage(t, computed, unkept[t], S[t], keep[t])
     # priced as counts x cost so that checkpoint-all costs exactly graph.total_cost
     cost = float((R.sum(axis=0) * graph.cost).sum())
     return Simulation(state.peak, cost, tuple(state.events), state.peak_stage, state.peak_node)
+
+
+def unkept_mask(R: np.ndarray, S: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The resident values a stage frees at its start unless it reads them: not kept into the
+    next stage, or kept as the copy it computes again (rows or whole matrices alike)."""
+    return S & (~keep | R)
 
 
 def row_lists(matrix: np.ndarray) -> list[list[int]]:
