@@ -54,6 +54,9 @@ class Bound:
     seconds: float
     columns: int
     limit: float | None = None  # the time limit it ran under
+    kept: frozenset[int] | None = None
+    """The gaps (indices into ``gaps(graph)``) the knapsack's best solution keeps alive: where a
+    schedule can start (``retention``); None where it has no solution."""
 
 
 PROVEN_RTOL = 1e-7
@@ -62,6 +65,12 @@ sums of per-node costs, and HiGHS's own tolerances, differ from exact arithmetic
 STAGED_COLUMNS = 100_000
 """The most per-stage columns (y) the rebuild rows of ``_gap_model`` add; past it a gap keeps
 only its first-stage rows."""
+
+CHAINED_COLUMNS = 20_000
+"""The largest model (columns) with the rows that make rebuilding transitive (``chained`` in
+``_gap_model``) that is solved; they can multiply the columns by 50 (random_dag(250): 2594 ->
+120090, 6-18 s instead of 0.3 s, for the same bound), and raised the bound only on small
+graphs here (gpt2 op 40%: 1.0498 -> 1.0871 in 1.3 s)."""
 
 def meets(cost: float, bound: float, gap: float = 0.0) -> bool:
     """True when ``cost`` is within relative ``gap`` of the proven ``bound`` (gap 0: proven
@@ -111,20 +120,25 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
         return Bound(total, "optimal", time.perf_counter() - start, 0, time_limit)
     # objective = rebuilds - (cost of the kept gaps); its dual bound is a lower bound on it
     base = total + float(sum(graph.cost[v] for v, _, _ in columns))
-    value, status = total, "timeout"
-    for staged in (0, STAGED_COLUMNS):  # first-stage rows (fast), then per-stage ones
+    value, status, kept = total, "timeout", None
+    # first-stage rows (fast), then per-stage ones, then rebuilds that need rebuilds
+    for staged, chained in ((0, False), (STAGED_COLUMNS, False), (STAGED_COLUMNS, True)):
         left = None if time_limit is None else time_limit - (time.perf_counter() - start)
-        model, added = _gap_model(graph, columns, room, staged)
-        if staged and (not added or (left is not None and left <= 0)):
+        if left is not None and left <= 0:
             break
+        model, added, gap_columns = _gap_model(graph, columns, room, staged, chained)
+        if model is None or (staged and not chained and not added):
+            continue  # too large, or the same model as before
         result = highs_backend.run(model, time_limit=left, threads=threads)
         if result.status == "infeasible":  # cannot happen: keep nothing, rebuild every input
             raise AssertionError("retention bound: keeping nothing is infeasible")
         value = max(value, _safe(graph, base + result.bound))
+        if result.x is not None:
+            kept = frozenset(k for k, col in enumerate(gap_columns) if result.x[col] > 0.5)
         status = "optimal" if result.status == "optimal" else "timeout"
         if status != "optimal":
             break
-    return Bound(value, status, time.perf_counter() - start, len(columns), time_limit)
+    return Bound(value, status, time.perf_counter() - start, len(columns), time_limit, kept)
 
 
 def stage_room(graph: RematGraph, budget: float) -> np.ndarray:
@@ -155,6 +169,18 @@ def retained(graph: RematGraph, room: np.ndarray, gap_list: list[tuple[int, int,
     if result.x is None:
         return None
     return {k for k, x in zip(columns, result.x) if x > 0.5}
+
+
+def _close_rebuilds(graph: RematGraph, horizon: dict[int, int]) -> None:
+    """Extend ``horizon`` (value -> the last stage a rebuild row asks about it) to the inputs
+    a rebuild needs: e, read last before stage t, for each d rebuilt after stage t."""
+    todo = list(horizon)
+    while todo:
+        d = todo.pop()
+        for e in graph.deps[d]:
+            if graph.mem[e] > 0 and max(graph.users[e]) < horizon[d] > horizon.get(e, -1):
+                horizon[e] = horizon[d]
+                todo.append(e)
 
 
 def _safe(graph: RematGraph, value: float) -> float:
@@ -192,34 +218,42 @@ def gaps(graph: RematGraph) -> list[tuple[int, int, int]]:
 
 
 def _gap_model(graph: RematGraph, columns: list[tuple[int, int, int]], room: np.ndarray,
-               staged: int) -> tuple[dict, int]:
+               staged: int, chained: bool = False) -> tuple[dict | None, int, list[int]]:
     """The retention knapsack by gaps, plus the inputs a dropped value needs to be rebuilt;
-    returns the HiGHS arrays and the number of per-stage columns added (at most ``staged``).
+    returns the HiGHS arrays, the number of per-stage columns added (at most ``staged``) and
+    each gap's column.
 
     Column x per gap (keep v alive across it; else pay c_v, module docstring). Rebuild rows:
     if v is dropped in the gap starting at stage a, it is computed again after that moment,
-    and each input d whose last read comes before a must then be alive: either d is computed
-    again after its last read (``p_d``, c_d, once for all gaps and values: a different
-    computation from any counted for d's own gaps, which all lie before d's last read), or d
-    was never freed since that read, so it is alive at every stage from last(d) + 1 to a
-    (``a_{d,r}``, m_d bytes in row r; alive at r+1 implies alive at r unless p_d). They catch
-    e.g. attention's q, k, v splits, cheap to drop but only rebuildable from the large QKV
-    product, gone by then.
+    and each input d whose last read comes before a must be alive then. Per such d and stage
+    t after last(d): ``b_{d,t}`` (d alive at stage t, any copy: m_d bytes in row t) and
+    ``L_{d,t}`` (d computed again after stage t), and per d ``p_d`` (computed again after its
+    last read: c_d, once, p_d >= L_{d,t}; a different computation from any counted for d's
+    own gaps, which all lie before d's last read). Then x + b_{d,a} + L_{d,a} >= 1 (d alive
+    from stage a through v's rebuild, or computed after a), and b_{d,t} <= b_{d,t-1} +
+    L_{d,t-1} (alive at t: alive at t-1 or computed in between). They catch e.g. attention's
+    q, k, v splits, cheap to drop but only rebuildable from the large QKV product, gone by
+    then.
 
     Per-stage rows (``staged`` > 0): column y_t per stage t of the gap (v alive at stage t,
     m_v bytes in row t instead of x; y_t >= x). If v is not alive at stage t it is computed
-    again in a later stage q of the gap's reader or before, so an input d read last before
-    t is rebuilt (p_d) or alive from last(d) + 1 through q - 1, stage t included:
-    y_t + p_d + a_{d,t} >= 1. Dropping a ReLU's output then frees nothing unless the
-    convolution output it is rebuilt from is dropped (and paid for) too: VGG-16 at op level,
-    60%: 1.0010 -> 1.0282, the schedule's cost. Every schedule satisfies all these rows, so
-    the bound stays valid.
+    again after t, so y_t + b_{d,t} + L_{d,t} >= 1. Dropping a ReLU's output then frees
+    nothing unless the convolution output it is rebuilt from is dropped (and paid for) too:
+    VGG-16 at op level, 60%: 1.0010 -> 1.0282, the schedule's cost.
+
+    Chained rows (``chained``): a computation of d after stage t needs each input e read
+    last before t alive at that moment, so b_{e,t} + L_{e,t} >= L_{d,t}, down to values that
+    are alive anyway. Rebuilding GPT-2's attention probabilities then costs the QK^T product
+    they come from unless some 0.5 MiB stays: gpt2 op 40%: 1.0498 -> 1.0871. Returns no model
+    (None) when these need more than ``CHAINED_COLUMNS`` columns. Every schedule satisfies
+    all these rows, so the bound stays valid.
     """
     model = _Model(room)
     pairs: list[tuple[int, int, int]] = []  # (column, input d, stage t)
-    added = 0
+    added, gap_columns = 0, []
     for v, first, last in columns:
         col = model.column(-float(graph.cost[v]))
+        gap_columns.append(col)
         inputs = [d for d in graph.deps[v] if graph.cost[d] > 0 and graph.mem[d] > 0
                   and max(graph.users[d]) < last]
         pairs += [(col, d, first) for d in inputs if max(graph.users[d]) < first]
@@ -238,17 +272,28 @@ def _gap_model(graph: RematGraph, columns: list[tuple[int, int, int]], room: np.
     horizon: dict[int, int] = {}
     for _, d, t in pairs:
         horizon[d] = max(horizon.get(d, 0), t)
-    rebuilt, alive = {}, {}
+    if chained:
+        _close_rebuilds(graph, horizon)
+        size = 2 * sum(until - max(graph.users[d]) for d, until in horizon.items())
+        if size > CHAINED_COLUMNS:
+            return None, added, gap_columns
+    rebuilt, alive, later = {}, {}, {}
     for d, until in horizon.items():
         rebuilt[d] = model.column(float(graph.cost[d]))
         for r in range(max(graph.users[d]) + 1, until + 1):
-            alive[d, r] = model.column(0.0)
+            alive[d, r], later[d, r] = model.column(0.0), model.column(0.0)
             model.memory(r, alive[d, r], float(graph.mem[d]))
-            if (d, r - 1) in alive:  # a[d, r-1] >= a[d, r] - p_d
-                model.row([alive[d, r - 1], alive[d, r], rebuilt[d]], [1.0, -1.0, 1.0], 0.0)
-    for col, d, t in pairs:  # x + p_d + a[d, t] >= 1, y_t + p_d + a[d, t] >= 1
-        model.row([col, rebuilt[d], alive[d, t]], [1.0, 1.0, 1.0], 1.0)
-    return model.arrays(), added
+            model.row([rebuilt[d], later[d, r]], [1.0, -1.0], 0.0)  # p_d >= L[d, r]
+            if (d, r - 1) in alive:  # b[d, r-1] + L[d, r-1] >= b[d, r]
+                model.row([alive[d, r - 1], later[d, r - 1], alive[d, r]], [1.0, 1.0, -1.0], 0.0)
+    for col, d, t in pairs:  # x + b[d, t] + L[d, t] >= 1, y_t + b[d, t] + L[d, t] >= 1
+        model.row([col, alive[d, t], later[d, t]], [1.0, 1.0, 1.0], 1.0)
+    if chained:  # b[e, t] + L[e, t] >= L[d, t]
+        for (d, t), col in later.items():
+            for e in graph.deps[d]:
+                if (e, t) in later:
+                    model.row([alive[e, t], later[e, t], col], [1.0, 1.0, -1.0], 0.0)
+    return model.arrays(), added, gap_columns
 
 
 class _Model:

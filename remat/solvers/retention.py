@@ -65,12 +65,15 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         if kept is None or _past(deadline):
             break
         weights = plan.rebuild_costs(kept)
-    if best is not None and not meets(best[0], known.value):
+    until = deadline or time.perf_counter() + GROW_SECONDS
+    start = _from_bound(plan, budget, known.kept, until)
+    if best is not None and not _proven(start, known.value) and not _proven(best, known.value):
         now = time.perf_counter()
-        until = deadline or now + GROW_SECONDS
         best = _grow(plan, budget, best, weights, now + GROW_SHARE * max(0.0, until - now))
-        if not meets(best[0], known.value):
+        if not _proven(best, known.value):
             best = _hold(plan, budget, best, until)
+    best = _cheaper(best, start)
+    if best is not None and not _proven(best, known.value):
         best = _search(plan, budget, best, until, options.seed, options.threads, known.value)
     elapsed = time.perf_counter() - began
     if best is None:  # min_budget: the least peak this method reaches (keep nothing at worst)
@@ -110,6 +113,29 @@ def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
             return (sim.compute_cost, R, S, kept), kept, tries, least
         cut += np.maximum(sim.stage_peaks(graph.size) - budget, 0.0)
     return None, kept, tries, least
+
+
+def _proven(found: tuple | None, bound: float) -> bool:
+    return found is not None and meets(found[0], bound)
+
+
+def _cheaper(a: tuple | None, b: tuple | None) -> tuple | None:
+    return a if b is None or (a is not None and a[0] <= b[0]) else b
+
+
+def _from_bound(plan: "Plan", budget: float, kept: frozenset[int] | None,
+                deadline: float) -> tuple | None:
+    """The schedule of the gaps the bound's own knapsack keeps (its rebuild rows make it drop
+    values whose inputs stay alive anyway), then the hold pass; None if it does not fit. On
+    the tiny U-Net at op level, 80%, it reaches the bound, 1.0013 of the total, where the
+    knapsack with rebuild-cost weights led to 1.0165."""
+    if kept is None:
+        return None
+    R, S = plan.schedule(set(kept))
+    sim = plan.price(R, S)
+    if sim.peak_memory > budget:
+        return None
+    return _hold(plan, budget, (sim.compute_cost, R, S, set(kept)), deadline)
 
 
 def _grow(plan: "Plan", budget: float, best: tuple, weights: np.ndarray,
