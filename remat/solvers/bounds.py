@@ -25,11 +25,13 @@ between its backward reads: tiny U-Net at op level, 60%: 1.0026 -> 1.064 of the 
 
 What it ignores, and so where it is weak: recomputing v needs v's inputs alive at that time,
 which may force further recomputation (chains at tight budgets pay p(n, s) > n - s). The
-rebuild rows (``_gap_model``) add the one-level case: an input whose last read comes before
-v is dropped must be kept longer or recomputed as well (first with one row per gap, O(T),
-then with one per stage of the gap, which is solved second, in the time left). It is
-tight when the optimum recomputes each dropped value once from values that are alive anyway
-(cheap activations next to checkpoints), which is the common case at moderate budgets.
+rebuild rows (``_gap_model``) add it: an input whose last read comes before v is dropped
+must be kept longer or recomputed as well (first with one row per gap, O(T), then with one
+per stage of the gap, then, on models of up to ``CHAINED_COLUMNS`` columns, the inputs that
+rebuild needs in turn; each model is solved in the time left and the best bound counts).
+What it still ignores is the memory at the moment of a recomputation. It is tight when the
+optimum recomputes each dropped value once from values that are alive anyway (cheap
+activations next to checkpoints), which is the common case at moderate budgets.
 """
 from __future__ import annotations
 

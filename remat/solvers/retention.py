@@ -18,7 +18,9 @@ passes follow, each move kept only if it lowers the cost and still fits: keep on
 (``_grow``), then keep a value from its previous computation instead of computing it again
 (``_hold``), which also keeps an ancestor rebuilt for one value for the next: on the tiny
 U-Net at op level, 60%, that pass takes the cost from 1.438 to 1.096 of the total (bound
-1.064). Then an iterated local search (``_search``: random kicks and restarts, seeded by
+1.064). The gaps the bound's own knapsack keeps (its rebuild rows know which inputs a
+rebuild needs) are a second start, also followed by the hold pass (``_from_bound``). Then an
+iterated local search (``_search``: random kicks and restarts, seeded by
 ``options.seed``) runs until the time limit or until it stops finding better. It scales to
 thousands of nodes (one small knapsack per try; the passes stop at the time limit) and
 reports the retention bound as its ``lower_bound``, status "optimal" where it meets it.
