@@ -283,9 +283,13 @@ def _gap_model(graph: RematGraph, columns: list[tuple[int, int, int]], room: np.
     for d, until in horizon.items():
         rebuilt[d] = model.column(float(graph.cost[d]))
         for r in range(max(graph.users[d]) + 1, until + 1):
-            alive[d, r], later[d, r] = model.column(0.0), model.column(0.0)
+            alive[d, r] = model.column(0.0)
             model.memory(r, alive[d, r], float(graph.mem[d]))
-            model.row([rebuilt[d], later[d, r]], [1.0, -1.0], 0.0)  # p_d >= L[d, r]
+            if chained:
+                later[d, r] = model.column(0.0)
+                model.row([rebuilt[d], later[d, r]], [1.0, -1.0], 0.0)  # p_d >= L[d, r]
+            else:  # L[d, r] = p_d: the same bound without chained rows, half the columns
+                later[d, r] = rebuilt[d]
             if (d, r - 1) in alive:  # b[d, r-1] + L[d, r-1] >= b[d, r]
                 model.row([alive[d, r - 1], later[d, r - 1], alive[d, r]], [1.0, 1.0, -1.0], 0.0)
     for col, d, t in pairs:  # x + b[d, t] + L[d, t] >= 1, y_t + b[d, t] + L[d, t] >= 1
