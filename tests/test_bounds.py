@@ -188,6 +188,21 @@ def test_per_stage_rows_prove_vgg_op_optimal(monkeypatch):
     assert sol.status == "optimal" and sol.peak_memory <= budget
 
 
+def test_start_from_the_bound_proves_unet_op_optimal(monkeypatch):
+    """The tiny U-Net at op level, 80%: the schedule of the gaps the bound's knapsack keeps,
+    after the hold pass, meets the bound (1.0013 of the total cost, proven optimal in about
+    2 s, measured); without that start the method stayed at 1.0165 for 30 s."""
+    from remat.solvers import retention
+
+    graph = _tiny_unet_op()
+    budget = remat.parse_budget("80%", graph)
+    sol = solver("retention")(graph, budget, SolveOptions(time_limit=30))
+    assert sol.status == "optimal" and sol.peak_memory <= budget
+    monkeypatch.setattr(retention, "_from_bound", lambda *args: None)
+    plain = solver("retention")(graph, budget, SolveOptions(time_limit=5))
+    assert plain.compute_cost > sol.compute_cost * 1.005
+
+
 def test_chained_rows_raise_the_gpt2_op_bound(monkeypatch):
     """GPT-2 at op level (bench/graphs/gpt2-op.json), 40%: the attention probabilities are
     cheap to drop, but rebuilding them rebuilds the QK^T product they come from unless a
