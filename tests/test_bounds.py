@@ -150,6 +150,18 @@ def _graph_file(name: str):
     return remat.RematGraph.from_json(Path(__file__).parents[1] / f"bench/graphs/{name}.json")
 
 
+def _bound_without(monkeypatch, cap: str, name: str, percent: str) -> float:
+    """The retention bound (of the total cost) of bench graph ``name`` at ``percent`` with the
+    rows that column cap ``cap`` of remat.solvers.bounds allows switched off."""
+    from remat.solvers import bounds
+
+    monkeypatch.setattr(bounds, cap, 0)
+    graph = _graph_file(name)
+    value = retention_bound(graph, remat.parse_budget(percent, graph)).value
+    monkeypatch.undo()
+    return value / graph.total_cost
+
+
 def test_gaps_charge_each_rebuild_of_a_skip(monkeypatch):
     """The tiny U-Net at op level (bench/graphs/unet-op.json) at 60%: its full-resolution skip
     cannot stay across the bottleneck nor between its backward reads. One column per value
@@ -175,14 +187,9 @@ def test_per_stage_rows_prove_vgg_op_optimal(monkeypatch):
     drop, but only rebuildable from the convolution output before it, which nothing else
     reads. Without the per-stage rows the bound is 1.0010 of the total cost; with them
     1.02823, the retention schedule's cost, which is then proven optimal (measured)."""
-    from remat.solvers import bounds
-
-    monkeypatch.setattr(bounds, "STAGED_COLUMNS", 0)
+    assert _bound_without(monkeypatch, "STAGED_COLUMNS", "vgg16-op", "60%") < 1.002
     graph = _graph_file("vgg16-op")
     budget = remat.parse_budget("60%", graph)
-    assert retention_bound(graph, budget).value / graph.total_cost < 1.002
-    monkeypatch.undo()
-    graph = _graph_file("vgg16-op")
     sol = solver("retention")(graph, budget, SolveOptions(time_limit=30))
     assert sol.lower_bound / graph.total_cost > 1.028
     assert sol.status == "optimal" and sol.peak_memory <= budget
@@ -208,14 +215,9 @@ def test_chained_rows_raise_the_gpt2_op_bound(monkeypatch):
     cheap to drop, but rebuilding them rebuilds the QK^T product they come from unless a
     0.5 MiB input stays. Without the chained rows the bound is 1.0498 of the total cost,
     with them 1.0871 (measured); the retention schedule stays above it and fits."""
-    from remat.solvers import bounds
-
-    monkeypatch.setattr(bounds, "CHAINED_COLUMNS", 0)
+    assert _bound_without(monkeypatch, "CHAINED_COLUMNS", "gpt2-op", "40%") < 1.05
     graph = _graph_file("gpt2-op")
     budget = remat.parse_budget("40%", graph)
-    assert retention_bound(graph, budget).value / graph.total_cost < 1.05
-    monkeypatch.undo()
-    graph = _graph_file("gpt2-op")
     assert retention_bound(graph, budget, time_limit=30).value / graph.total_cost > 1.085
     sol = solver("retention")(graph, budget, SolveOptions(time_limit=10))  # the bound is cached
     assert sol.lower_bound / graph.total_cost > 1.085
