@@ -180,7 +180,8 @@ def _close_rebuilds(graph: RematGraph, horizon: dict[int, int]) -> None:
     while todo:
         d = todo.pop()
         for e in graph.deps[d]:
-            if graph.mem[e] > 0 and max(graph.users[e]) < horizon[d] > horizon.get(e, -1):
+            read_last = max(graph.users[e])
+            if graph.mem[e] > 0 and read_last < horizon[d] and horizon.get(e, -1) < horizon[d]:
                 horizon[e] = horizon[d]
                 todo.append(e)
 
