@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import time
 from datetime import timedelta
 
@@ -75,6 +76,10 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
             json.dump(report, f)
     finally:
         dist.destroy_process_group()
+    # The report is written. Skip the interpreter's teardown: gloo's threads there aborted the
+    # process ("terminate called without an active exception", SIGABRT) in 2 to 3 of 6 runs
+    # on this machine, failing the test after everything it checks had passed.
+    os._exit(0)
 
 
 def _all_close(a, b) -> bool:
