@@ -246,7 +246,8 @@ def test_chained_rows_raise_the_gpt2_op_bound():
     assert _bound_with(("first", "staged"), "gpt2-op", "40%") < 1.05
     graph = _graph_file("gpt2-op")
     budget = remat.parse_budget("40%", graph)
-    assert retention_bound(graph, budget, time_limit=30).value / graph.total_cost > 1.085
+    # 5 s: the chained rows solve in ~1.3 s; the moment model (15092 columns) does not finish
+    assert retention_bound(graph, budget, time_limit=5).value / graph.total_cost > 1.085
     sol = solver("retention")(graph, budget, SolveOptions(time_limit=10))  # the bound is cached
     assert sol.lower_bound / graph.total_cost > 1.085
     assert sol.peak_memory <= budget and sol.compute_cost >= sol.lower_bound

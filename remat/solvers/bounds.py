@@ -29,9 +29,14 @@ rebuild rows (``_gap_model``) add it: an input whose last read comes before v is
 must be kept longer or recomputed as well (first with one row per gap, O(T), then with one
 per stage of the gap, then, on models of up to ``CHAINED_COLUMNS`` columns, the inputs that
 rebuild needs in turn; each model is solved in the time left and the best bound counts).
-What it still ignores is the memory at the moment of a recomputation. It is tight when the
-optimum recomputes each dropped value once from values that are alive anyway (cheap
-activations next to checkpoints), which is the common case at moderate budgets.
+Gaps charge one computation per dropped gap; a cascade (a chain at a tight budget rebuilds
+the same checkpoint several times within one gap) costs more. The moment model
+(``_moment_model``, last, up to ``MOMENT_COLUMNS`` columns) charges every computation: per
+value and stage, alive at the node's moment or not, computed again in that stage or not.
+What all of them ignore is the memory at the moment of a recomputation. The gap models are
+tight when the optimum recomputes each dropped value once from values that are alive anyway
+(cheap activations next to checkpoints), the common case at moderate budgets; the moment
+model also where values are rebuilt more than once (chains, U-Net's first convolution).
 """
 from __future__ import annotations
 
