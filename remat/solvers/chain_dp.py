@@ -796,7 +796,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     cost, dp = persistent_cost(chain, free_mem)
     known = None
     if cost < INF:  # where the retention bound meets it, nothing is cheaper: no search
-        known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
+        known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads,
+                                enough=cost)
         dp.complete = meets(cost, known.value)
     if not dp.complete:
         cost, dp = search_below(chain, free_mem, cost, dp, deadline)
@@ -805,8 +806,9 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         return Solution.infeasible(graph, "chain-dp", budget, min_budget=least,
                                    solve_time=time.perf_counter() - start)
     R, S = schedule(graph, dp, free_mem)
-    if known is None:
-        known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
+    if known is None or not meets(cost, known.value):
+        known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads,
+                                enough=cost)
     # optimal over all schedules where the retention bound meets it (module docstring)
     status = "optimal" if meets(cost, known.value) else "feasible"
     sol = Solution.from_schedule(graph, R, S, "chain-dp", status, budget,

@@ -108,11 +108,10 @@ def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
         if kept is None:
             continue
         tries += 1
-        R, S = plan.schedule(kept)
-        sim = plan.price(R, S)
+        found, sim = plan.attempt(kept, budget)
         least = min(least, sim.peak_memory)
-        if sim.peak_memory <= budget:
-            return (sim.compute_cost, R, S, kept), kept, tries, least
+        if found is not None:
+            return found, kept, tries, least
         cut += np.maximum(sim.stage_peaks(graph.size) - budget, 0.0)
     return None, kept, tries, least
 
@@ -131,13 +130,8 @@ def _from_bound(plan: "Plan", budget: float, kept: frozenset[int] | None,
     values whose inputs stay alive anyway), then the hold pass; None if it does not fit. On
     the tiny U-Net at op level, 80%, it reaches the bound, 1.0013 of the total, where the
     knapsack with rebuild-cost weights led to 1.0165."""
-    if kept is None:
-        return None
-    R, S = plan.schedule(set(kept))
-    sim = plan.price(R, S)
-    if sim.peak_memory > budget:
-        return None
-    return _hold(plan, budget, (sim.compute_cost, R, S, set(kept)), deadline)
+    found = None if kept is None else plan.attempt(set(kept), budget)[0]
+    return None if found is None else _hold(plan, budget, found, deadline)
 
 
 def _grow(plan: "Plan", budget: float, best: tuple, weights: np.ndarray,
@@ -152,10 +146,9 @@ def _grow(plan: "Plan", budget: float, best: tuple, weights: np.ndarray,
         for k in order:
             if k in kept or _past(deadline):
                 continue
-            R_try, S_try = plan.schedule(kept | {k})
-            sim = plan.price(R_try, S_try)
-            if sim.peak_memory <= budget and sim.compute_cost < cost:
-                cost, R, S, kept, improved = sim.compute_cost, R_try, S_try, kept | {k}, True
+            found, _ = plan.attempt(kept | {k}, budget)
+            if found is not None and found[0] < cost:
+                (cost, R, S, kept), improved = found, True
     return cost, R, S, kept
 
 
@@ -309,6 +302,13 @@ class Plan:
         """The simulator's verdict on (R, S), counted in ``work``."""
         self.work += 1
         return simulate(self.graph, R, S)
+
+    def attempt(self, kept: set[int], budget: float):
+        """The schedule of ``kept``, priced: ((cost, R, S, kept) if it fits the budget, else
+        None; the simulation)."""
+        R, S = self.schedule(kept)
+        sim = self.price(R, S)
+        return ((sim.compute_cost, R, S, kept) if sim.peak_memory <= budget else None), sim
 
     def rebuild_costs(self, kept: set[int]) -> np.ndarray:
         """Per gap, what dropping it costs given the kept gaps: v itself plus every ancestor
