@@ -125,6 +125,26 @@ def test_moment_model_proves_chain_dp_optimal():
     assert sol.compute_cost / graph.total_cost > 4.1
 
 
+def test_models_stop_once_the_bound_meets_a_known_cost():
+    """HiGHS stops at a given dual bound (``bound_at``): the moment model of linear(16, unit)
+    at 10% of chain-dp's budget range proves 30 in ~9 s; asked for 15 it stops at the first
+    bound past it (measured: 16 in 0.1 s). ``retention_bound(enough=)`` returns as soon as
+    the bound meets the caller's cost."""
+    from remat.schedule.budget import checkpoint_all_peak
+    from remat.solvers import bounds, highs_backend
+
+    graph = remat.graphs.linear(16, unit=True)
+    least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+    budget = least + 0.1 * (checkpoint_all_peak(graph) - least)
+    arrays = bounds._moment_model(graph, bounds.stage_room(graph, budget))
+    result = highs_backend.run(arrays, time_limit=20, bound_at=15.0)
+    assert result.status == "stopped" and 15.0 <= result.bound <= 30.0 + 1e-6
+    wide = least + 0.3 * (checkpoint_all_peak(graph) - least)
+    cost = solver("chain-dp")(graph, wide, SolveOptions()).compute_cost
+    known = retention_bound(graph, wide, enough=cost)
+    assert known.status == "optimal" and known.value == pytest.approx(cost)
+
+
 def test_moment_model_proves_unet_op_60_optimal():
     """The tiny U-Net at op level, 60%: the gap models reach 1.0792 of the total cost; the
     moment model charges the first convolution each time it is rebuilt and reaches 1.0955,
