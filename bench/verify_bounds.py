@@ -39,10 +39,10 @@ def main(argv=None) -> int:
                 line = f"{label} {name}: {check(graph, budget, args.time_limit, counts)}"
                 print(line, flush=True)
                 log.write(line + "\n")
-        summary = (f"checked {counts['checked']} proven optima: bound equal in {counts['tight']}, "
-                   f"above (a bug) in {counts['above']}, raised by the per-stage rows in "
-                   f"{counts['staged']}, by the chained rows in {counts['chained']}, by the moment model "
-                   f"in {counts['moment']}; skipped "
+        summary = (f"checked {counts['checked']} proven optima: bound equal in "
+                   f"{counts['tight']}, above (a bug) in {counts['above']}, raised by the "
+                   f"per-stage rows in {counts['staged']}, by the chained rows in "
+                   f"{counts['chained']}, by the moment model in {counts['moment']}; skipped "
                    f"{counts['skipped']} (infeasible or not proven)")
         print(summary)
         log.write(summary + "\n")

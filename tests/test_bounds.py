@@ -130,7 +130,6 @@ def test_models_stop_once_the_bound_meets_a_known_cost():
     at 10% of chain-dp's budget range proves 30 in ~9 s; asked for 15 it stops at the first
     bound past it (measured: 16 in 0.1 s). ``retention_bound(enough=)`` returns as soon as
     the bound meets the caller's cost."""
-    from remat.schedule.budget import checkpoint_all_peak
     from remat.solvers import bounds, highs_backend
 
     graph = remat.graphs.linear(16, unit=True)
