@@ -66,7 +66,8 @@ persistent recursion runs first (the old solver: ~0.5 s / ~3 s at n = 128 unit /
 bench/results/fast_chains_bb.csv); the full class
 is then searched only for something strictly cheaper, a search that is mostly a proof and is
 bounded by ``SolveOptions.time_limit``; ``solve`` skips that search where the retention bound
-already meets the persistent cost. It is O(n^4) states x budget steps in pure Python:
+already meets the persistent cost, and gives what is left of the limit to the bound where it
+does not meet the final cost. It is O(n^4) states x budget steps in pure Python:
 seconds at n = 64 and past 30 s at n = 128 (bench/results/fast_notes.md, session 4).
 
 A node's transient workspace (``RematGraph.workspace``) is added to its own candidate: in the
@@ -806,9 +807,11 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         return Solution.infeasible(graph, "chain-dp", budget, min_budget=least,
                                    solve_time=time.perf_counter() - start)
     R, S = schedule(graph, dp, free_mem)
-    if known is None or not meets(cost, known.value):
-        known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads,
-                                enough=cost)
+    if known is None or not meets(cost, known.value):  # the time left goes to the proof
+        limit = bound_time(options.time_limit)
+        if deadline is not None:
+            limit = max(limit, deadline - time.perf_counter())
+        known = retention_bound(graph, budget, limit, options.threads, enough=cost)
     # optimal over all schedules where the retention bound meets it (module docstring)
     status = "optimal" if meets(cost, known.value) else "feasible"
     sol = Solution.from_schedule(graph, R, S, "chain-dp", status, budget,
