@@ -16,9 +16,8 @@ import argparse
 import sys
 
 import remat
-from remat.solvers import SolveOptions
 from remat.schedule.budget import checkpoint_all_peak
-from remat.solvers.base import solver
+from remat.solvers import SolveOptions, solver
 from remat.solvers.bounds import peak_lower_bound, retention_bound
 from remat.solvers.milp import solve_with
 from remat.solvers.milp_model import TIGHT

@@ -144,6 +144,18 @@ def test_models_stop_once_the_bound_meets_a_known_cost():
     assert known.status == "optimal" and known.value == pytest.approx(cost)
 
 
+def test_no_proven_bound_stays_minus_infinity():
+    """A model stopped before HiGHS proves any bound reports -inf (measured: the moment model
+    of linear(128, unit) stopped at 0.01 s). With whole-number costs the rounding of the bound
+    raised OverflowError on it; the models that did prove something still count."""
+    from remat.solvers import bounds
+
+    graph = remat.graphs.linear(4, unit=True)
+    assert bounds._safe(graph, -math.inf) == -math.inf
+    assert bounds._safe(graph, 11.5) == 12.0
+    assert bounds._safe(remat.graphs.linear(4), -math.inf) == -math.inf
+
+
 def test_moment_model_proves_unet_op_60_optimal():
     """The tiny U-Net at op level, 60%: the gap models reach 1.0792 of the total cost; the
     moment model charges the first convolution each time it is rebuilt and reaches 1.0955,

@@ -57,7 +57,8 @@ class Bound:
     (``math.inf``: no schedule fits) and how it was found."""
 
     value: float
-    status: str  # "optimal" (every model solved) | "timeout" (a dual bound) | "infeasible"
+    status: str  # "optimal" (every model solved, or the bound met ``enough``) | "timeout" (a
+    # dual bound) | "infeasible"
     seconds: float
     columns: int
     limit: float | None = None  # the time limit it ran under
@@ -80,10 +81,11 @@ CHAINED_COLUMNS = 20_000
 graphs here (gpt2 op 40%: 1.0498 -> 1.0871 in 1.3 s)."""
 
 MOMENT_COLUMNS = 70_000
-"""The largest moment model (``_moment_model``, columns) that is solved after the gap models:
-its columns grow with the square of the stages a value spans (linear(128): 65281, proving
-chain-dp optimal at its smallest budget in 1.5 s; random_dag(100): 40200; U-Net at op level:
-11990; resnet50 at module level: 70490; fcn_resnet50 at op level: 179504)."""
+"""The largest moment model (``_moment_model``) that is solved after the gap models, counted
+as two columns per stage each value spans (an upper bound on its columns): it grows with the
+square of those spans (linear(128): 65792, proving chain-dp optimal at its smallest budget in
+1.5 s; random_dag(100): 40200; U-Net at op level: 11990; resnet50 at module level: 70490;
+fcn_resnet50 at op level: 179504)."""
 
 
 def meets(cost: float, bound: float, gap: float = 0.0) -> bool:
@@ -232,8 +234,9 @@ def _close_rebuilds(graph: RematGraph, horizon: dict[int, int]) -> None:
 
 def _safe(graph: RematGraph, value: float) -> float:
     """``value`` less HiGHS's tolerances, so that they never lift a bound above a true cost;
-    with whole-number costs every cost is whole, so the bound rounds up to one."""
-    if np.all(graph.cost == np.round(graph.cost)):
+    with whole-number costs every cost is whole, so the bound rounds up to one. A model stopped
+    before HiGHS proved any bound gives -inf, which stays -inf."""
+    if math.isfinite(value) and np.all(graph.cost == np.round(graph.cost)):
         return float(math.ceil(value - 1e-6))
     return value * (1 - 1e-9)
 
@@ -349,7 +352,8 @@ def _gap_model(graph: RematGraph, columns: list[tuple[int, int, int]], room: np.
 
 def _moment_model(graph: RematGraph, room: np.ndarray) -> dict | None:
     """The moment model: whether each value is alive at the moment of each stage, and in
-    which stages it is computed again; None past ``MOMENT_COLUMNS`` columns.
+    which stages it is computed again; None where two columns per stage each value spans would
+    be more than ``MOMENT_COLUMNS``.
 
     For a value v of some cost and size, from stage v + 1 to its horizon H_v (its last read,
     or later where a value computed from it is tracked later: H_v = max(last read, H_w over

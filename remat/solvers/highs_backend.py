@@ -100,10 +100,12 @@ def _solve(arrays: dict, time_limit, mip_rel_gap, threads, seed, relax, start, p
     if progress is not None and not relax:
         _watch(h, progress)
     reached = [False]
-    if stop_at is not None and not relax:
-        _stop_when(h, reached, stop_at)
-    if bound_at is not None and not relax:
-        _stop_at_bound(h, reached, bound_at)
+    if stop_at is not None and not relax:  # an incumbent this good
+        _cancel_when(h, reached, h.cbMipImprovingSolution,
+                     lambda out: float(out.objective_function_value) <= stop_at)
+    if bound_at is not None and not relax:  # a proven bound this high
+        _cancel_when(h, reached, h.cbMipInterrupt,
+                     lambda out: float(out.mip_dual_bound) >= bound_at)
     began = time.perf_counter()
     interrupted = _run_interruptible(h)
     result = _result(highspy, h, relax, interrupted, time.perf_counter() - began)
@@ -112,26 +114,16 @@ def _solve(arrays: dict, time_limit, mip_rel_gap, threads, seed, relax, start, p
     return result
 
 
-def _stop_when(h, reached: list[bool], target: float) -> None:
-    """Cancel the solve once the incumbent reaches ``target``; ``reached[0]`` says so."""
+def _cancel_when(h, reached: list[bool], callback, done: Callable) -> None:
+    """Cancel the solve the first time ``done(event.data_out)`` holds for an event of
+    ``callback``; ``reached[0]`` then says so."""
 
     def check(event) -> None:
-        if float(event.data_out.objective_function_value) <= target:
+        if not reached[0] and done(event.data_out):
             reached[0] = True
             h.cancelSolve()
 
-    h.cbMipImprovingSolution.subscribe(check)
-
-
-def _stop_at_bound(h, reached: list[bool], target: float) -> None:
-    """Cancel the solve once the proven (dual) bound reaches ``target``."""
-
-    def check(event) -> None:
-        if not reached[0] and float(event.data_out.mip_dual_bound) >= target:
-            reached[0] = True
-            h.cancelSolve()
-
-    h.cbMipInterrupt.subscribe(check)
+    callback.subscribe(check)
 
 
 def _lp(highspy, arrays: dict, relax: bool):
