@@ -84,8 +84,8 @@ MOMENT_COLUMNS = 70_000
 """The largest moment model (``_moment_model``) that is solved after the gap models, counted
 as two columns per stage each value spans (an upper bound on its columns): it grows with the
 square of those spans (linear(128): 65792, proving chain-dp optimal at its smallest budget in
-1.5 s; random_dag(100): 40200; U-Net at op level: 11990; resnet50 at module level: 70490;
-fcn_resnet50 at op level: 179504)."""
+1.3 s in bench/results/bounds_chains.csv; random_dag(100): 40200; U-Net at op level: 11990;
+resnet50 at module level: 70490; fcn_resnet50 at op level: 179504)."""
 
 
 def meets(cost: float, bound: float, gap: float = 0.0) -> bool:
