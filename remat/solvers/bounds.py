@@ -31,9 +31,11 @@ per stage of the gap, then, on models of up to ``CHAINED_COLUMNS`` columns, the 
 rebuild needs in turn; each model is solved in the time left and the best bound counts).
 Gaps charge one computation per dropped gap; a cascade (a chain at a tight budget rebuilds
 the same checkpoint several times within one gap) costs more. The moment model
-(``_moment_model``, last, up to ``MOMENT_COLUMNS`` columns) charges every computation: per
-value and stage, alive at the node's moment or not, computed again in that stage or not.
-What all of them ignore is the memory at the moment of a recomputation. The gap models are
+(``_moment_model``, up to ``MOMENT_COLUMNS`` columns) charges every computation: per value
+and stage, kept into the next stage or not, computed again in that stage or not. These
+ignore the memory at the moment of a recomputation; the last model, the moment model with
+``_recompute_rows``, counts it, but is slow and runs only on small graphs where a caller
+holds a schedule the others do not meet (chain-dp at tight budgets). The gap models are
 tight when the optimum recomputes each dropped value once from values that are alive anyway
 (cheap activations next to checkpoints), the common case at moderate budgets; the moment
 model also where values are rebuilt more than once (chains, U-Net's first convolution).
@@ -81,11 +83,20 @@ CHAINED_COLUMNS = 20_000
 graphs here (gpt2 op 40%: 1.0498 -> 1.0871 in 1.3 s)."""
 
 MOMENT_COLUMNS = 70_000
-"""The largest moment model (``_moment_model``) that is solved after the gap models, counted
-as two columns per stage each value spans (an upper bound on its columns): it grows with the
-square of those spans (linear(128): 65792, proving chain-dp optimal at its smallest budget in
+"""The largest moment model (``_moment_model``) that is solved after the gap models, in 0/1
+columns (``moment_size``, two per stage each value spans): it grows with the square of those
+spans (linear(128): 65792, proving chain-dp optimal at its smallest budget in
 1.3 s in bench/results/bounds_chains.csv; random_dag(100): 40200; U-Net at op level: 11990;
 resnet50 at module level: 70490; fcn_resnet50 at op level: 179504)."""
+
+
+RECOMPUTE_COLUMNS = 2_000
+"""The largest graph (``moment_size``) on which the moment model with recomputation rows
+(``_recompute_rows``) is solved. They multiply its columns by 3.5 and leave its LP relaxation
+where it was, so only small models finish: linear(16) (1056) at chain-dp's smallest budget is
+proven optimal in 1.3 s (the moment model: 1.1935 of the total cost, chain-dp 1.2215);
+linear(32) (4160) and the zoo graphs up to gpt2 at op level (15280) gained nothing in 20-30 s
+(bench/results/fast_notes.md, session 9)."""
 
 
 def meets(cost: float, bound: float, gap: float = 0.0) -> bool:
@@ -110,11 +121,13 @@ def peak_lower_bound(graph: RematGraph) -> float:
     return graph.static_mem + float(operands(graph).max())
 
 
-MODELS = ("first", "staged", "chained", "moment")
+MODELS = ("first", "staged", "chained", "moment", "recompute")
 """The models ``retention_bound`` solves in turn, each in the time the ones before left: the
 gap knapsack with first-stage rebuild rows, with per-stage ones (``STAGED_COLUMNS``), with
-chained ones (``CHAINED_COLUMNS``), then the moment model (``MOMENT_COLUMNS``). Each is valid
-alone; the best bound counts."""
+chained ones (``CHAINED_COLUMNS``), the moment model (``MOMENT_COLUMNS``), then the moment
+model with the memory at each recomputation (``RECOMPUTE_COLUMNS``; only for a caller that
+holds a schedule the others do not meet: ``enough``). Each is valid alone; the best bound
+counts."""
 
 
 def retention_bound(graph: RematGraph, budget: float, time_limit: float | None = 10.0,
@@ -164,7 +177,13 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             status = "timeout"  # a later call with more time solves the rest
             break
         if name == "moment":
-            model, offset, gap_columns = _moment_model(graph, room), total, None
+            small = moment_size(graph) <= MOMENT_COLUMNS
+            model, offset, gap_columns = _moment_model(graph, room) if small else None, total, None
+        elif name == "recompute":
+            if enough is None or moment_size(graph) > RECOMPUTE_COLUMNS:
+                continue  # slow: only to close a known gap on a small graph
+            model, offset, gap_columns = _moment_model(graph, room, budget - graph.static_mem), \
+                total, None
         else:
             staged = 0 if name == "first" else STAGED_COLUMNS
             model, added, gap_columns = _gap_model(graph, columns, room, staged,
@@ -350,57 +369,155 @@ def _gap_model(graph: RematGraph, columns: list[tuple[int, int, int]], room: np.
     return model.arrays(), added, gap_columns
 
 
-def _moment_model(graph: RematGraph, room: np.ndarray) -> dict | None:
-    """The moment model: whether each value is alive at the moment of each stage, and in
-    which stages it is computed again; None where two columns per stage each value spans would
-    be more than ``MOMENT_COLUMNS``.
-
-    For a value v of some cost and size, from stage v + 1 to its horizon H_v (its last read,
-    or later where a value computed from it is tracked later: H_v = max(last read, H_w over
-    readers w)): ``y[v, t]`` (alive at the moment node t runs; m_v bytes in row t; stages
-    that read v have it as an operand, counted in the room) and ``z[v, t]`` (computed again
-    in stage t, c_v each). Rows: alive at t needs alive at t - 1 or computed in stage t
-    (``y[v, t] <= y[v, t-1] + z[v, t]``; for a stage that reads v, ``y[v, t-1] + z[v, t] >=
-    1``); a computation needs each input alive at the start of its stage or computed in it
-    (``z[v, s] <= y[d, s-1] + z[d, s]``; a value resident at the start of stage s was alive
-    when node s - 1, the last computation of stage s - 1, ran). Each schedule gives a
-    solution (y: kept into the next stage, z: R off the diagonal) no dearer than itself, so
-    the least price is a lower bound. Unlike the gaps it charges every computation, so it
-    sees the cascade of rebuilds in a chain at a tight budget: linear(16, unit) at chain-dp's
-    smallest budget, 4.18 of the total, where the gap models give 1.42. What it still ignores
-    is the memory at the moment of a recomputation."""
-    tracked = [v for v in range(graph.size)
-               if graph.cost[v] > 0 and graph.mem[v] > 0 and graph.users[v]]
+def _spans(graph: RematGraph) -> dict[int, int]:
+    """The values the moment model tracks (some cost, some size, some reader) and each one's
+    horizon H_v: its last read, or later where a value computed from it is tracked later
+    (H_v = max(last read, H_w over readers w))."""
     horizon: dict[int, int] = {}
-    for v in reversed(tracked):
-        horizon[v] = max([max(graph.users[v])] +
-                         [horizon[w] for w in graph.users[v] if w in horizon])
-    if not tracked or 2 * sum(horizon[v] - v for v in tracked) > MOMENT_COLUMNS:
+    for v in reversed(range(graph.size)):
+        if graph.cost[v] > 0 and graph.mem[v] > 0 and graph.users[v]:
+            horizon[v] = max([max(graph.users[v])] +
+                             [horizon[w] for w in graph.users[v] if w in horizon])
+    return horizon
+
+
+def moment_size(graph: RematGraph) -> int:
+    """The moment model's 0/1 columns: two per stage each tracked value spans."""
+    return 2 * sum(until - v for v, until in _spans(graph).items())
+
+
+def _moment_model(graph: RematGraph, room: np.ndarray, free: float | None = None) -> dict | None:
+    """The moment model: whether each value is kept from one stage into the next, and in which
+    stages it is computed again; None where it has no tracked value. ``free`` (the budget less
+    static memory): add the memory at each recomputation (``_recompute_rows``).
+
+    For a tracked value v (``_spans``): ``y[v, t]`` for t in [v, H_v) (in memory when stage
+    t + 1 starts; m_v bytes in row t, where it is alive while node t runs, unless stage t
+    computes or reads v, which the room already counts) and ``z[v, t]`` for t in (v, H_v]
+    (computed again in stage t, c_v each). Rows: a stage that reads v needs it resident at its
+    start or computed in it (``y[v, t-1] + z[v, t] >= 1``); kept into t + 1 needs the same
+    (``y[v, t] <= y[v, t-1] + z[v, t]``); a computation needs each input resident at the
+    start of its stage or computed in it (``z[v, t] <= y[d, t-1] + z[d, t]``). Each schedule
+    gives a solution (y = S[t + 1], z = R off the diagonal) no dearer than itself, so the
+    least price is a lower bound. Unlike the gaps it charges every computation, so it sees the
+    cascade of rebuilds in a chain at a tight budget: linear(16, unit) at chain-dp's smallest
+    budget, 4.18 of the total, where the gap models give 1.42."""
+    horizon = _spans(graph)
+    if not horizon:
         return None
     model = _Model(room)
-    alive, again = {}, {}
-    for v in tracked:
+    kept, again = {}, {}
+    for v, until in horizon.items():
         readers = set(graph.users[v])
-        for t in range(v + 1, horizon[v] + 1):
-            if t not in readers:
-                alive[v, t] = model.column(0.0)
-                model.memory(t, alive[v, t], float(graph.mem[v]))
+        for t in range(v, until):
+            kept[v, t] = model.column(0.0)
+            if t != v and t not in readers:
+                model.memory(t, kept[v, t], float(graph.mem[v]))
+        for t in range(v + 1, until + 1):
             again[v, t] = model.column(float(graph.cost[v]))
-    for v in tracked:
-        for t in range(v + 2, horizon[v] + 1):
-            before = alive.get((v, t - 1))  # None: alive anyway (an operand at t - 1)
-            if before is None:
-                continue
-            if (v, t) in alive:
-                model.row([before, again[v, t], alive[v, t]], [1.0, 1.0, -1.0], 0.0)
-            else:
-                model.row([before, again[v, t]], [1.0, 1.0], 1.0)
-        for s in range(v + 1, horizon[v] + 1):
-            for d in graph.deps[v]:
-                if (d, s - 1) in alive:  # d tracked (else relaxed away) and not an operand
-                    model.row([alive[d, s - 1], again[d, s], again[v, s]], [1.0, 1.0, -1.0],
-                              0.0)
+    for v, t in again:
+        if t in graph.users[v]:
+            model.row([kept[v, t - 1], again[v, t]], [1.0, 1.0], 1.0)
+        elif (v, t) in kept:
+            model.row([kept[v, t - 1], again[v, t], kept[v, t]], [1.0, 1.0, -1.0], 0.0)
+        for d in graph.deps[v]:
+            if (d, t - 1) in kept:
+                model.row([kept[d, t - 1], again[d, t], again[v, t]], [1.0, 1.0, -1.0], 0.0)
+    if free is not None:
+        stages: dict[int, list[int]] = {}
+        for v, t in again:
+            stages.setdefault(t, []).append(v)
+        for t, values in stages.items():
+            _recompute_rows(graph, model, kept, again, t, sorted(values), free)
     return model.arrays()
+
+
+def _recompute_rows(graph: RematGraph, model: "_Model", kept: dict, again: dict, t: int,
+                    values: list[int], free: float) -> None:
+    """The memory at each computation of ``values`` (the tracked values that stage t may
+    compute again, in order) in stage t: at the moment v is computed (``z[v, t]``), memory
+    holds v, its workspace and its inputs, plus three disjoint sets: the values resident from
+    the start of the stage to node t (``held``: resident at the start and alive at node t; the
+    simulator frees a resident value only after its last read in the stage, and a recomputed
+    copy replaces it), the values computed earlier in the stage and alive at node t
+    (``earlier``), and the values resident at the start that a later computation in the stage
+    reads (``pending``; each counted through one reader, its last one that stage t can
+    compute, which keeps the count linear and only lowers it). So
+
+        held + earlier(< v) + pending(> v) + (m_v + w_v + sum m_deps(v)) z[v, t]
+            - sum over inputs d of m_d (held_d + fresh_d + waits_d)  <=  free,
+
+    the inputs' terms removing what the sets already count. With z[v, t] = 0 the left side is
+    at most what is alive at node t, so the row holds for every schedule either way; the
+    continuous columns sit at their lower bounds (raising one never lowers a row)."""
+    through, fresh, earlier, held = {}, {}, {}, model.column(0.0, upper=math.inf)
+    held_cols, held_vals, last = [held], [1.0], None
+    for v in values:
+        z, start, mem = again[v, t], kept[v, t - 1], float(graph.mem[v])
+        through[v], fresh[v] = model.column(0.0, upper=1.0), model.column(0.0, upper=1.0)
+        earlier[v] = model.column(0.0, upper=math.inf)
+        if t in graph.users[v]:  # alive at node t: through >= start, fresh >= z - start
+            model.row([through[v], start], [1.0, -1.0], 0.0)
+            model.row([fresh[v], z, start], [1.0, -1.0, 1.0], 0.0)
+        elif (v, t) in kept:  # through >= start + y - 1, fresh >= z + y - 1 - start
+            model.row([through[v], start, kept[v, t]], [1.0, -1.0, -1.0], -1.0)
+            model.row([fresh[v], z, kept[v, t], start], [1.0, -1.0, -1.0, 1.0], -1.0)
+        held_cols.append(through[v])
+        held_vals.append(-mem)
+        step = [earlier[v], fresh[v]] + ([earlier[last]] if last is not None else [])
+        model.row(step, [1.0, -mem, -1.0][:len(step)], 0.0)
+        last = v
+    model.row(held_cols, held_vals, 0.0)
+    waits, pending = _pending(graph, model, kept, again, t, values, through)
+    last = None
+    for v in values:
+        size = float(graph.mem[v] + graph.workspace[v])
+        cols, vals = [held, pending[v], again[v, t]], [-1.0, -1.0, 0.0]
+        if last is not None:
+            cols.append(earlier[last])
+            vals.append(-1.0)
+        for d in graph.deps[v]:
+            size += float(graph.mem[d])
+            if d in through:
+                cols += [through[d], fresh[d]]
+                vals += [float(graph.mem[d])] * 2
+            if d in waits and waits[d][0] > v:
+                cols.append(waits[d][1])
+                vals.append(float(graph.mem[d]))
+        vals[2] = -size
+        model.row(cols, vals, -free)
+        last = v
+
+
+def _pending(graph: RematGraph, model: "_Model", kept: dict, again: dict, t: int,
+             values: list[int], through: dict) -> tuple[dict, dict]:
+    """For ``_recompute_rows``: per value u resident at the start of stage t, (its last
+    reader r that stage t can compute, column ``waits_u`` >= y[u, t-1] + z[r, t] - 1 -
+    held_u); per value v, column ``pending_v`` >= the bytes of the waits whose reader comes
+    after v (a running sum from the last value down)."""
+    waits, by_reader = {}, {}
+    for u in values:
+        readers = [r for r in graph.users[u] if (r, t) in again]
+        if (u, t - 1) not in kept or not readers:
+            continue
+        reader, col = max(readers), model.column(0.0, upper=1.0)
+        model.row([col, kept[u, t - 1], again[reader, t], through[u]], [1.0, -1.0, -1.0, 1.0],
+                  -1.0)
+        waits[u] = (reader, col)
+        by_reader.setdefault(reader, []).append(u)
+    pending, after = {}, None
+    for v in reversed(values):
+        pending[v] = model.column(0.0, upper=math.inf)
+        cols, vals = [pending[v]], [1.0]
+        if after is not None:
+            cols.append(pending[after])
+            vals.append(-1.0)
+            for u in by_reader.get(after, []):
+                cols.append(waits[u][1])
+                vals.append(-float(graph.mem[u]))
+        model.row(cols, vals, 0.0)
+        after = v
+    return waits, pending
 
 
 class _Model:
@@ -410,11 +527,16 @@ class _Model:
     def __init__(self, room: np.ndarray):
         self.room = room
         self.cost: list[float] = []
+        self.upper: list[float] = []
+        self.integer: list[bool] = []
         self.entries: list[tuple[int, int, float]] = []  # (stage, column, bytes)
         self.rows: list[tuple[list[int], list[float], float]] = []  # (columns, values, lower)
 
-    def column(self, cost: float) -> int:
+    def column(self, cost: float, upper: float | None = None) -> int:
+        """A 0/1 column, or with ``upper`` a continuous one in [0, upper]."""
         self.cost.append(cost)
+        self.upper.append(1.0 if upper is None else upper)
+        self.integer.append(upper is None)
         return len(self.cost) - 1
 
     def memory(self, stage: int, column: int, size: float) -> None:
@@ -440,5 +562,5 @@ class _Model:
         upper = list(self.room[stages].astype(float)) + [np.inf] * len(self.rows)
         return dict(matrix=coo_matrix((vals, (rows, cols)), shape=shape).tocsc(),
                     row_lower=np.array(lower), row_upper=np.array(upper),
-                    col_lower=np.zeros(len(self.cost)), col_upper=np.ones(len(self.cost)),
-                    cost=np.array(self.cost), integrality=np.ones(len(self.cost), dtype=bool))
+                    col_lower=np.zeros(len(self.cost)), col_upper=np.array(self.upper),
+                    cost=np.array(self.cost), integrality=np.array(self.integer, dtype=bool))
