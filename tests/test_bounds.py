@@ -187,6 +187,9 @@ def test_hand_worked_memory_at_a_recomputation():
     found = retention_bound(graph, 22, models=("moment", "recompute"), enough=38)
     assert found.value == 38 and found.status == "optimal"
     assert _recompute_bound(graph, 22) == 38 == exhaustive.optimal_cost(graph, 22)
+    cached = retention_bound(graph, 22)  # all models, none with enough: recompute skipped
+    assert cached.value == 35 and cached.recompute_skipped
+    assert retention_bound(graph, 22, enough=38).value == 38  # solved again, not the cache
 
 
 def test_recompute_rows_prove_chain_dp_optimal():

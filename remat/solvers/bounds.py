@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -67,6 +67,9 @@ class Bound:
     kept: frozenset[int] | None = None
     """The gaps (indices into ``gaps(graph)``) the knapsack's best solution keeps alive: where a
     schedule can start (``retention``); None where it has no solution."""
+    recompute_skipped: bool = False
+    """The recompute model applied but was not run (no ``enough``): a call with a schedule
+    this bound does not meet solves again."""
 
 
 PROVEN_RTOL = 1e-7
@@ -83,8 +86,8 @@ CHAINED_COLUMNS = 20_000
 graphs here (gpt2 op 40%: 1.0498 -> 1.0871 in 1.3 s)."""
 
 MOMENT_COLUMNS = 70_000
-"""The largest moment model (``_moment_model``) that is solved after the gap models, in 0/1
-columns (``moment_size``, two per stage each value spans): it grows with the square of those
+"""The largest moment model (``_moment_model``) that is solved after the gap models, counted
+by ``moment_size`` (two columns per stage each value spans): it grows with the square of those
 spans (linear(128): 65792, proving chain-dp optimal at its smallest budget in
 1.3 s in bench/results/bounds_chains.csv; random_dag(100): 40200; U-Net at op level: 11990;
 resnet50 at module level: 70490; fcn_resnet50 at op level: 179504)."""
@@ -137,7 +140,8 @@ def retention_bound(graph: RematGraph, budget: float, time_limit: float | None =
     ``models`` (a subset of ``MODELS``). ``enough``: the cost of a schedule the caller holds;
     the models stop as soon as the bound meets it (it is then the optimum, status "optimal").
     Cached per graph and budget (graphs are frozen) when all models are asked for; a cached
-    bound that ran out of time is recomputed only when asked with more time than it had."""
+    bound is recomputed only when it ran out of time and more time is asked for, or when it
+    skipped the recompute model and ``enough`` is more than it; the higher of the two counts."""
     if set(models) - set(MODELS):
         raise ValueError(f"unknown bound models {sorted(set(models) - set(MODELS))}; "
                          f"choose from {MODELS}")
@@ -145,10 +149,13 @@ def retention_bound(graph: RematGraph, budget: float, time_limit: float | None =
         return _retention(graph, float(budget), time_limit, threads, models, enough)
     known = _CACHE.setdefault(graph, {})
     hit = known.get(float(budget))
-    if hit is not None and (hit.status != "timeout" or (time_limit or math.inf) <= hit.limit
-                            or (enough is not None and meets(enough, hit.value))):
+    if hit is not None and (enough is not None and meets(enough, hit.value) or
+                            (hit.status != "timeout" or (time_limit or math.inf) <= hit.limit)
+                            and not (enough is not None and hit.recompute_skipped)):
         return hit
     found = _retention(graph, float(budget), time_limit, threads, models, enough)
+    if hit is not None and hit.value > found.value:
+        found = replace(found, value=hit.value)
     known[float(budget)] = found
     return found
 
@@ -170,7 +177,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
         return Bound(total, "optimal", time.perf_counter() - start, 0, time_limit)
     # objective = rebuilds - (cost of the kept gaps); its dual bound is a lower bound on it
     base = total + float(sum(graph.cost[v] for v, _, _ in columns))
-    value, status, kept = total, "optimal", None
+    value, status, kept, skipped = total, "optimal", None, False
     for name in models:
         left = None if time_limit is None else time_limit - (time.perf_counter() - start)
         if left is not None and left <= 0:
@@ -180,8 +187,11 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             small = moment_size(graph) <= MOMENT_COLUMNS
             model, offset, gap_columns = _moment_model(graph, room) if small else None, total, None
         elif name == "recompute":
-            if enough is None or moment_size(graph) > RECOMPUTE_COLUMNS:
-                continue  # slow: only to close a known gap on a small graph
+            if moment_size(graph) > RECOMPUTE_COLUMNS:
+                continue
+            if enough is None:  # slow: only to close a known gap
+                skipped = True
+                continue
             model, offset, gap_columns = _moment_model(graph, room, budget - graph.static_mem), \
                 total, None
         else:
@@ -205,7 +215,8 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
         if result.status != "optimal":
             status = "timeout"
             break
-    return Bound(value, status, time.perf_counter() - start, len(columns), time_limit, kept)
+    return Bound(value, status, time.perf_counter() - start, len(columns), time_limit, kept,
+                 skipped)
 
 
 def stage_room(graph: RematGraph, budget: float) -> np.ndarray:
@@ -382,7 +393,8 @@ def _spans(graph: RematGraph) -> dict[int, int]:
 
 
 def moment_size(graph: RematGraph) -> int:
-    """The moment model's 0/1 columns: two per stage each tracked value spans."""
+    """Two 0/1 columns per stage each tracked value spans: the moment model's columns with
+    the recompute rows, an upper bound without them."""
     return 2 * sum(until - v for v, until in _spans(graph).items())
 
 
@@ -393,7 +405,10 @@ def _moment_model(graph: RematGraph, room: np.ndarray, free: float | None = None
 
     For a tracked value v (``_spans``): ``y[v, t]`` for t in [v, H_v) (in memory when stage
     t + 1 starts; m_v bytes in row t, where it is alive while node t runs, unless stage t
-    computes or reads v, which the room already counts) and ``z[v, t]`` for t in (v, H_v]
+    computes or reads v, which the room already counts; those stages have a column only with
+    ``free``, else v counts as kept, a relaxation that solved faster on long chains, e.g.
+    linear(64) at chain-dp's smallest budget: 1.2215 against 1.2178 after 30 s) and
+    ``z[v, t]`` for t in (v, H_v]
     (computed again in stage t, c_v each). Rows: a stage that reads v needs it resident at its
     start or computed in it (``y[v, t-1] + z[v, t] >= 1``); kept into t + 1 needs the same
     (``y[v, t] <= y[v, t-1] + z[v, t]``); a computation needs each input resident at the
@@ -410,16 +425,19 @@ def _moment_model(graph: RematGraph, room: np.ndarray, free: float | None = None
     for v, until in horizon.items():
         readers = set(graph.users[v])
         for t in range(v, until):
-            kept[v, t] = model.column(0.0)
             if t != v and t not in readers:
+                kept[v, t] = model.column(0.0)
                 model.memory(t, kept[v, t], float(graph.mem[v]))
+            elif free is not None:  # else relaxed: kept for free, as alive at node t anyway
+                kept[v, t] = model.column(0.0)
         for t in range(v + 1, until + 1):
             again[v, t] = model.column(float(graph.cost[v]))
     for v, t in again:
-        if t in graph.users[v]:
-            model.row([kept[v, t - 1], again[v, t]], [1.0, 1.0], 1.0)
-        elif (v, t) in kept:
-            model.row([kept[v, t - 1], again[v, t], kept[v, t]], [1.0, 1.0, -1.0], 0.0)
+        before = kept.get((v, t - 1))
+        if before is not None and t in graph.users[v]:
+            model.row([before, again[v, t]], [1.0, 1.0], 1.0)
+        elif before is not None and (v, t) in kept:
+            model.row([before, again[v, t], kept[v, t]], [1.0, 1.0, -1.0], 0.0)
         for d in graph.deps[v]:
             if (d, t - 1) in kept:
                 model.row([kept[d, t - 1], again[d, t], again[v, t]], [1.0, 1.0, -1.0], 0.0)
