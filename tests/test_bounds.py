@@ -195,7 +195,7 @@ def test_hand_worked_memory_at_a_recomputation():
 def test_recompute_rows_prove_chain_dp_optimal():
     """linear(16) (heterogeneous) at chain-dp's smallest budget: the moment model reaches 1.1935
     of the total cost, chain-dp's schedule costs 1.2215; with the memory at each recomputation
-    the bound meets it (measured: chain-dp proven optimal in 1.6 s; milp proves the same
+    the bound meets it (measured: chain-dp proven optimal in 1.4-1.6 s; milp proves the same
     optimum in 35 s)."""
     graph = remat.graphs.linear(16)
     budget = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
