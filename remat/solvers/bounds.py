@@ -93,13 +93,13 @@ spans (linear(128): 65792, proving chain-dp optimal at its smallest budget in
 resnet50 at module level: 70490; fcn_resnet50 at op level: 179504)."""
 
 
-RECOMPUTE_COLUMNS = 2_000
+RECOMPUTE_COLUMNS = 5_000
 """The largest graph (``moment_size``) on which the moment model with recomputation rows
 (``_recompute_rows``) is solved. They multiply its columns by 3.5 and leave its LP relaxation
 where it was, so only small models finish: linear(16) (1056) at chain-dp's smallest budget is
 proven optimal in 1.4 s in bench/results/bounds_chains.csv (the moment model: 1.1935 of the
-total cost, chain-dp 1.2215); on linear(32) (4160) it stayed below the moment model's bound
-after 30 s, and on the zoo graphs up to gpt2 at op level (15280) it raised no bound in 20 s
+total cost, chain-dp 1.2215); linear(32) (4160) there in 44 s alone (1.1848 -> 1.2012,
+chain-dp's cost); on the zoo graphs up to gpt2 at op level (15280) it raised no bound in 20 s
 (bench/results/fast_notes.md, session 9)."""
 
 
