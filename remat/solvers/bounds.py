@@ -150,15 +150,21 @@ def retention_bound(graph: RematGraph, budget: float, time_limit: float | None =
         return _retention(graph, float(budget), time_limit, threads, models, enough)
     known = _CACHE.setdefault(graph, {})
     hit = known.get(float(budget))
-    if hit is not None and (enough is not None and meets(enough, hit.value) or
-                            (hit.status != "timeout" or (time_limit or math.inf) <= hit.limit)
-                            and not (enough is not None and hit.recompute_skipped)):
+    if hit is not None and _reusable(hit, time_limit, enough):
         return hit
     found = _retention(graph, float(budget), time_limit, threads, models, enough)
     if hit is not None and hit.value > found.value:
         found = replace(found, value=hit.value)
     known[float(budget)] = found
     return found
+
+
+def _reusable(hit: Bound, time_limit: float | None, enough: float | None) -> bool:
+    if enough is not None and meets(enough, hit.value):
+        return True  # it proves the caller's schedule optimal
+    if enough is not None and hit.recompute_skipped:
+        return False  # the recompute model may close the caller's gap
+    return hit.status != "timeout" or (time_limit or math.inf) <= hit.limit
 
 
 def forget_bounds(graph: RematGraph) -> None:
@@ -186,15 +192,16 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             break
         if name == "moment":
             small = moment_size(graph) <= MOMENT_COLUMNS
-            model, offset, gap_columns = _moment_model(graph, room) if small else None, total, None
+            model = _moment_model(graph, room) if small else None
+            offset, gap_columns = total, None
         elif name == "recompute":
             if moment_size(graph) > RECOMPUTE_COLUMNS:
                 continue
             if enough is None:  # slow: only to close a known gap
                 skipped = True
                 continue
-            model, offset, gap_columns = _moment_model(graph, room, budget - graph.static_mem), \
-                total, None
+            model = _moment_model(graph, room, budget - graph.static_mem)
+            offset, gap_columns = total, None
         else:
             staged = 0 if name == "first" else STAGED_COLUMNS
             model, added, gap_columns = _gap_model(graph, columns, room, staged,
@@ -390,7 +397,7 @@ def _spans(graph: RematGraph) -> dict[int, int]:
         if graph.cost[v] > 0 and graph.mem[v] > 0 and graph.users[v]:
             horizon[v] = max([max(graph.users[v])] +
                              [horizon[w] for w in graph.users[v] if w in horizon])
-    return horizon
+    return dict(sorted(horizon.items()))
 
 
 def moment_size(graph: RematGraph) -> int:
@@ -404,44 +411,47 @@ def _moment_model(graph: RematGraph, room: np.ndarray, free: float | None = None
     stages it is computed again; None where it has no tracked value. ``free`` (the budget less
     static memory): add the memory at each recomputation (``_recompute_rows``).
 
-    For a tracked value v (``_spans``): ``y[v, t]`` for t in [v, H_v) (in memory when stage
+    For a tracked value v (``_spans``): ``y[v, t]`` for t in [v, H_v] (in memory when stage
     t + 1 starts; m_v bytes in row t, where it is alive while node t runs, unless stage t
     computes or reads v, which the room already counts; those stages have a column only with
     ``free``, else v counts as kept, a relaxation that solved faster on long chains, e.g.
     linear(64) at chain-dp's smallest budget: 1.2215 against 1.2178 after 30 s) and
-    ``z[v, t]`` for t in (v, H_v]
-    (computed again in stage t, c_v each). Rows: a stage that reads v needs it resident at its
-    start or computed in it (``y[v, t-1] + z[v, t] >= 1``); kept into t + 1 needs the same
-    (``y[v, t] <= y[v, t-1] + z[v, t]``); a computation needs each input resident at the
-    start of its stage or computed in it (``z[v, t] <= y[d, t-1] + z[d, t]``). Each schedule
-    gives a solution (y = S[t + 1], z = R off the diagonal) no dearer than itself, so the
-    least price is a lower bound. Unlike the gaps it charges every computation, so it sees the
-    cascade of rebuilds in a chain at a tight budget: linear(16, unit) at chain-dp's smallest
-    budget, 4.18 of the total, where the gap models give 1.42."""
+    ``z[v, t]`` for t in (v, H_v] (computed again in stage t, c_v each). Rows: a stage that
+    reads v needs it resident at its start or computed in it (``y[v, t-1] + z[v, t] >= 1``);
+    kept into t + 1 needs the same (``y[v, t] <= y[v, t-1] + z[v, t]``); a computation needs
+    each input resident at the start of its stage or computed in it (``z[v, t] <= y[d, t-1]
+    + z[d, t]``). Each schedule gives a solution (y = S[t + 1], z = R off the diagonal) no
+    dearer than itself, so the least price is a lower bound. Unlike the gaps it charges every
+    computation, so it sees the cascade of rebuilds in a chain at a tight budget: linear(16,
+    unit) at chain-dp's smallest budget, 4.18 of the total, where the gap models give 1.42."""
     horizon = _spans(graph)
     if not horizon:
         return None
     model = _Model(room)
     kept, again = {}, {}
-    for v, until in horizon.items():
+    for v, until in horizon.items():  # (column order matters to HiGHS's speed: keep it)
         readers = set(graph.users[v])
-        for t in range(v, until):
-            if t != v and t not in readers:
+        if free is not None:
+            kept[v, v] = model.column(0.0)
+        for t in range(v + 1, until + 1):
+            if t not in readers:
                 kept[v, t] = model.column(0.0)
                 model.memory(t, kept[v, t], float(graph.mem[v]))
             elif free is not None:  # else relaxed: kept for free, as alive at node t anyway
                 kept[v, t] = model.column(0.0)
-        for t in range(v + 1, until + 1):
             again[v, t] = model.column(float(graph.cost[v]))
-    for v, t in again:
-        before = kept.get((v, t - 1))
-        if before is not None and t in graph.users[v]:
-            model.row([before, again[v, t]], [1.0, 1.0], 1.0)
-        elif before is not None and (v, t) in kept:
-            model.row([before, again[v, t], kept[v, t]], [1.0, 1.0, -1.0], 0.0)
-        for d in graph.deps[v]:
-            if (d, t - 1) in kept:
-                model.row([kept[d, t - 1], again[d, t], again[v, t]], [1.0, 1.0, -1.0], 0.0)
+    for v, until in horizon.items():
+        for t in range(v + 1, until + 1):
+            before = kept.get((v, t - 1))
+            if before is not None and t in graph.users[v]:
+                model.row([before, again[v, t]], [1.0, 1.0], 1.0)
+            elif before is not None:
+                model.row([before, again[v, t], kept[v, t]], [1.0, 1.0, -1.0], 0.0)
+        for t in range(v + 1, until + 1):
+            for d in graph.deps[v]:
+                if (d, t - 1) in kept:
+                    model.row([kept[d, t - 1], again[d, t], again[v, t]], [1.0, 1.0, -1.0],
+                              0.0)
     if free is not None:
         stages: dict[int, list[int]] = {}
         for v, t in again:
