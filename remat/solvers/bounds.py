@@ -89,7 +89,7 @@ MOMENT_COLUMNS = 70_000
 """The largest moment model (``_moment_model``) that is solved after the gap models, counted
 by ``moment_size`` (two columns per stage each value spans): it grows with the square of those
 spans (linear(128): 65792, proving chain-dp optimal at its smallest budget in
-1.6 s in bench/results/bounds_chains.csv; random_dag(100): 40200; U-Net at op level: 11990;
+1.5 s in bench/results/bounds_chains.csv; random_dag(100): 40200; U-Net at op level: 11990;
 resnet50 at module level: 70490; fcn_resnet50 at op level: 179504)."""
 
 
