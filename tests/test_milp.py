@@ -182,7 +182,7 @@ def test_time_limit_returns_best_schedule_with_bound():
     sol = remat.solve(graph, budget, method="milp", time_limit=1.0, progress=seen.append)
     check_fits(graph, sol, budget)
     assert sol.status in ("timeout", "optimal")
-    assert sol.solve_time < 15
+    assert sol.solve_time < 8  # measured 1.04 s; 15-18 s while the warm start ignored the limit
     assert sol.gap is not None and 0 <= sol.gap < 1
     assert all({"incumbent", "bound", "gap", "time"} <= set(e) for e in seen)
 

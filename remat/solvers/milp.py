@@ -75,12 +75,15 @@ def _progress(options: SolveOptions, model: MilpModel):
     return report
 
 
-def best_baseline(graph: RematGraph, budget: float, names=BASELINES) -> Solution | None:
+def best_baseline(graph: RematGraph, budget: float, names=BASELINES,
+                  time_limit: float | None = None) -> Solution | None:
     """The cheapest schedule within ``budget`` of the methods ``names`` (the baselines by
-    default) that handle this graph; None if none fits."""
-    best = None
+    default) that handle this graph; None if none fits. ``time_limit`` bounds the whole call
+    (only ``retention`` uses time: it gets what the classic ones leave)."""
+    best, began = None, time.perf_counter()
     for name in applicable(graph, names):
-        result = solver(name)(graph, budget, SolveOptions())
+        left = None if time_limit is None else max(0.1, time_limit - (time.perf_counter() - began))
+        result = solver(name)(graph, budget, SolveOptions(time_limit=left))
         if result.feasible and (best is None or result.compute_cost < best.compute_cost):
             best = result
     return best
@@ -124,13 +127,15 @@ def _proven(sol: Solution, mip_rel_gap: float) -> Solution:
 
 def warm_start(graph: RematGraph, budget: float, options: SolveOptions) -> Solution | None:
     """``options.initial`` if given and fits; else the best baseline that fits; if none does,
-    the LP-rounding schedule (if it fits)."""
+    the LP-rounding schedule (if it fits). Each gets at most half the time limit: the MILP
+    needs the rest (without it, ``retention``'s own 10 s bound and search made a 1 s milp call
+    on linear(16, unit) take 15-18 s)."""
     initial = options.initial
     if initial is not None and initial.feasible and initial.peak_memory <= budget:
         return initial
-    warm = best_baseline(graph, budget)
-    if warm is None:  # at most half the time: the MILP needs the rest
-        half = None if options.time_limit is None else options.time_limit / 2
+    half = None if options.time_limit is None else options.time_limit / 2
+    warm = best_baseline(graph, budget, time_limit=half)
+    if warm is None:
         rounded = solver("lp-rounding")(graph, budget, replace(options, time_limit=half))
         warm = rounded if rounded.feasible else None
     return warm
