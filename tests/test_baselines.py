@@ -182,10 +182,13 @@ def test_core_imports_without_torch():
 @pytest.mark.parametrize("name, budget", cases.CASES)
 def test_milp_is_no_worse_than_any_baseline(name, budget):
     """milp (time-limited; warm-started, so even a timeout keeps the best baseline) costs no
-    more than any baseline that fits, no less than its own bound, and fits the budget."""
+    more than any classic baseline that fits, no less than its own bound, and fits the budget.
+    (``retention`` is in its warm start too, but with half of milp's limit, so what it finds
+    depends on the machine's speed: dag20-s3 at 60%, 79.375 in 2 s, 79.558 in 1 s.)"""
     graph = cases.graph(name)
     budget_bytes = parse_budget(budget, graph)
-    baseline_costs = [s.compute_cost for m in BASELINES[:-1]
+    classic = [m for m in BASELINES if m not in ("retention", "auto")]
+    baseline_costs = [s.compute_cost for m in classic
                       if (s := run(m, graph, budget)) is not None and s.feasible]
     sol = solver("milp")(graph, budget_bytes, SolveOptions(time_limit=2))
     check_invariants(graph, sol, budget_bytes)
