@@ -99,8 +99,8 @@ RECOMPUTE_COLUMNS = 5_000
 where it was, so only small models finish: linear(16) (1056) at chain-dp's smallest budget is
 proven optimal in 1.4 s in bench/results/bounds_chains.csv (the moment model: 1.1935 of the
 total cost, chain-dp 1.2215); linear(32) (4160) there by chain-dp with a 120 s limit, in
-99 s (1.1848 -> 1.2012, chain-dp's cost); on the zoo graphs up to gpt2 at op level (15280) it raised no bound in 20 s
-(bench/results/fast_notes.md, session 9)."""
+99 s (1.1848 -> 1.2012, chain-dp's cost); on the zoo graphs up to gpt2 at op level (15280)
+it raised no bound in 20 s (bench/results/fast_notes.md, session 9)."""
 
 
 def meets(cost: float, bound: float, gap: float = 0.0) -> bool:
