@@ -187,6 +187,32 @@ def test_time_limit_returns_best_schedule_with_bound():
     assert all({"incumbent", "bound", "gap", "time"} <= set(e) for e in seen)
 
 
+def test_warm_start_takes_half_the_limit_in_all(monkeypatch):
+    """The LP rounding gets what the baselines left of the warm start's half, not a half of
+    its own (that left the MILP a quarter of the limit)."""
+    import time
+
+    from remat.solvers import milp
+
+    given = []
+
+    def slow_baselines(graph, budget, time_limit=None):
+        time.sleep(0.3)
+        return None
+
+    def rounding(graph, budget, options):
+        given.append(options.time_limit)
+        return remat.Solution.infeasible(graph, "lp-rounding", budget, None)
+
+    monkeypatch.setattr(milp, "best_baseline", slow_baselines)
+    monkeypatch.setattr(milp, "solver", lambda name: rounding)
+    graph = remat.graphs.linear(4, unit=True)
+    assert milp.warm_start(graph, 5.0, SolveOptions(time_limit=2.0)) is None
+    assert len(given) == 1 and given[0] <= 1.0 - 0.3 + 1e-3
+    milp.warm_start(graph, 5.0, SolveOptions(time_limit=0.4))
+    assert given[-1] == milp.MIN_WARM_SECONDS
+
+
 def test_gap_option_and_no_warm_start():
     graph = remat.graphs.unet(3)
     budget = level_budget("unet3", graph, 0.3)

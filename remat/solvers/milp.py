@@ -25,6 +25,9 @@ from remat.solvers.min_budget import min_budget, peak_lower_bound
 
 __all__ = ["BASELINES", "applicable", "solve", "solve_with", "warm_start"]
 
+MIN_WARM_SECONDS = 0.1
+"""The least time the LP rounding of ``warm_start`` gets once the baselines spent its half."""
+
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     return solve_with(graph, budget, options, TIGHT)
@@ -127,16 +130,20 @@ def _proven(sol: Solution, mip_rel_gap: float) -> Solution:
 
 def warm_start(graph: RematGraph, budget: float, options: SolveOptions) -> Solution | None:
     """``options.initial`` if given and fits; else the best baseline that fits; if none does,
-    the LP-rounding schedule (if it fits). Each gets at most half the time limit: the MILP
-    needs the rest (without it, ``retention``'s own 10 s bound and search made a 1 s milp call
-    on linear(16, unit) take 15-18 s)."""
+    the LP-rounding schedule (if it fits). All of it takes at most half the time limit: the
+    MILP needs the rest (without it, ``retention``'s own 10 s bound and search made a 1 s milp
+    call on linear(16, unit) take 15-18 s; the LP rounding gets what the baselines leave of
+    that half, at least ``MIN_WARM_SECONDS``)."""
     initial = options.initial
     if initial is not None and initial.feasible and initial.peak_memory <= budget:
         return initial
+    began = time.perf_counter()
     half = None if options.time_limit is None else options.time_limit / 2
     warm = best_baseline(graph, budget, time_limit=half)
     if warm is None:
-        rounded = solver("lp-rounding")(graph, budget, replace(options, time_limit=half))
+        left = None if half is None else \
+            max(MIN_WARM_SECONDS, half - (time.perf_counter() - began))
+        rounded = solver("lp-rounding")(graph, budget, replace(options, time_limit=left))
         warm = rounded if rounded.feasible else None
     return warm
 
