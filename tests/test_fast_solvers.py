@@ -290,3 +290,22 @@ def test_chain_dp_certified_by_the_retention_bound(unit):
     sol = solver("chain-dp")(graph, budget, SolveOptions())
     assert sol.status == "optimal" and sol.compute_cost > graph.total_cost
     assert sol.compute_cost == pytest.approx(retention_bound(graph, budget).value)
+
+
+@pytest.mark.parametrize("n, full_class", [(8, True), (16, True), (32, False)])
+def test_chain_dp_equals_the_binomial_optimum_on_unit_chains(n, full_class):
+    """On unit chains chain-dp's least cost is Griewank's: the classic optimum with s = B - 3
+    snapshot slots (the gradient above, the two activations a backward node reads and the one
+    being computed take the rest), ``total + forward_steps(n, s) - (n - 1)``, at every whole
+    budget from the smallest (4) to the store-all peak. A closed form independent of the DP;
+    the persistent recursion alone reaches it too (n = 32 here; 64 and 128 measured)."""
+    from remat.solvers.chain_dp import persistent_cost
+    from remat.solvers.griewank import forward_steps
+
+    graph = remat.graphs.linear(n, unit=True)
+    chain = chain_of(graph)
+    least = optimal_cost if full_class else persistent_cost
+    for budget in range(4, n + 3):
+        want = graph.total_cost + forward_steps(n, budget - 3) - (n - 1)
+        assert least(chain, float(budget))[0] == want, budget
+    assert np.isinf(optimal_cost(chain, 3.0)[0])
