@@ -185,17 +185,17 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
     # objective = rebuilds - (cost of the kept gaps); its dual bound is a lower bound on it
     base = total + float(sum(graph.cost[v] for v, _, _ in columns))
     value, status, kept, skipped = total, "optimal", None, False
+    size = moment_size(graph) if {"moment", "recompute"} & set(models) else 0
     for name in models:
         left = None if time_limit is None else time_limit - (time.perf_counter() - start)
         if left is not None and left <= 0:
             status = "timeout"  # a later call with more time solves the rest
             break
         if name == "moment":
-            small = moment_size(graph) <= MOMENT_COLUMNS
-            model = _moment_model(graph, room) if small else None
+            model = _moment_model(graph, room) if size <= MOMENT_COLUMNS else None
             offset, gap_columns = total, None
         elif name == "recompute":
-            if moment_size(graph) > RECOMPUTE_COLUMNS:
+            if size > RECOMPUTE_COLUMNS:
                 continue
             if enough is None:  # slow: only to close a known gap
                 skipped = True
