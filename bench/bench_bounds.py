@@ -18,9 +18,10 @@ budget it runs:
 
 Each method proves its own bound within its own limit (cached bounds are dropped before each).
 
-``--graphs chains``: for ``linear(n)``, n = 8..128, unit and heterogeneous, at fractions 0, 0.1,
-0.3, 0.6 of the way from chain-dp's smallest budget to the full peak: chain-dp's cost against
-the retention bound (equal: chain-dp's schedule is optimal over all schedules).
+``--graphs chains``: for ``linear(n)``, n = 8..128 (``--chain-sizes``), unit and
+heterogeneous, at fractions 0, 0.1, 0.3, 0.6 of the way from chain-dp's smallest budget to the
+full peak: chain-dp's cost (or each of ``--chain-methods``) against the bound it proves
+(equal: the schedule is optimal over all schedules).
 
 Each row: cost and bound as multiples of the graph's total cost (1.0 = no recomputation), the
 certified gap (cost / bound - 1) and the wall time. Timings are wall clock on a shared 2-core
@@ -40,13 +41,12 @@ from pathlib import Path
 
 import remat
 from remat.solvers import SolveOptions, solver
-from remat.solvers.base import NO_SCHEDULE_YET
+from remat.solvers.base import CLASSIC, NO_SCHEDULE_YET
 from remat.solvers.bounds import forget_bounds, retention_bound
 from remat.solvers.milp import best_baseline, solve_with
 from remat.solvers.milp_model import TIGHT
 
 GRAPH_DIR = Path(__file__).parent / "graphs"
-CLASSIC = ("checkpoint-all", "chen-greedy", "ap-greedy", "chen-sqrtn", "ap-sqrtn", "griewank")
 RANDOM_SIZES = (100, 250, 500)
 
 
@@ -70,23 +70,25 @@ def measured(label, graph, run):
     return label, sol, time.perf_counter() - began
 
 
-def chain_rows(limit):
-    """chain-dp against the retention bound on linear chains."""
+def chain_rows(limit, sizes=(8, 16, 32, 64, 128), methods=("chain-dp",)):
+    """``methods`` (chain-dp, auto) against their proven bounds on linear chains."""
     from remat.schedule.budget import checkpoint_all_peak
 
-    for n in (8, 16, 32, 64, 128):
+    for n in sizes:
         for unit in (True, False):
             graph = remat.graphs.linear(n, unit=unit)
             least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
             for fraction in (0.0, 0.1, 0.3, 0.6):
                 budget = least + fraction * (checkpoint_all_peak(graph) - least)
-                _, sol, wall = measured("chain-dp", graph, lambda: solver("chain-dp")(
-                    graph, budget, SolveOptions(time_limit=limit)))
-                yield dict(graph=f"linear{n}{'-unit' if unit else ''}", T=graph.size,
-                           budget=f"f={fraction}", method="chain-dp", status=sol.status,
-                           cost=_rel(sol.compute_cost, graph.total_cost),
-                           bound=_rel(sol.lower_bound, graph.total_cost),
-                           gap=sol.compute_cost / sol.lower_bound - 1, seconds=round(wall, 3))
+                for method in methods:
+                    _, sol, wall = measured(method, graph, lambda: solver(method)(
+                        graph, budget, SolveOptions(time_limit=limit)))
+                    yield dict(graph=f"linear{n}{'-unit' if unit else ''}", T=graph.size,
+                               budget=f"f={fraction}", method=method, status=sol.status,
+                               cost=_rel(sol.compute_cost, graph.total_cost),
+                               bound=_rel(sol.lower_bound, graph.total_cost),
+                               gap=sol.compute_cost / sol.lower_bound - 1,
+                               seconds=round(wall, 3), chosen=sol.details.get("chosen"))
 
 
 def rows_for(name, graph, percent, limit, plain_max):
@@ -161,6 +163,10 @@ def main(argv=None) -> None:
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--plain-max-nodes", type=int, default=130)
     parser.add_argument("--only", default=None, help="comma-separated graph names")
+    parser.add_argument("--chain-sizes", default="8,16,32,64,128",
+                        help="--graphs chains: layers of each linear(n)")
+    parser.add_argument("--chain-methods", default="chain-dp",
+                        help="--graphs chains: comma-separated methods (chain-dp, auto)")
     parser.add_argument("-o", "--output", default="bench/results/bounds")
     args = parser.parse_args(argv)
     selected = graphs(args.graphs.split(","))
@@ -170,7 +176,8 @@ def main(argv=None) -> None:
     rows: list[dict] = []
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
     if "chains" in args.graphs.split(","):
-        for row in chain_rows(args.time_limit):
+        sizes = tuple(int(n) for n in args.chain_sizes.split(","))
+        for row in chain_rows(args.time_limit, sizes, tuple(args.chain_methods.split(","))):
             rows.append(row)
             print(json.dumps(row), flush=True)
         write(rows, args)

@@ -309,3 +309,31 @@ def test_chain_dp_equals_the_binomial_optimum_on_unit_chains(n, full_class):
         want = graph.total_cost + forward_steps(n, budget - 3) - (n - 1)
         assert least(chain, float(budget))[0] == want, budget
     assert np.isinf(optimal_cost(chain, 3.0)[0])
+
+
+def test_auto_runs_chain_dp_on_long_chains_before_retention():
+    """auto gives chain-dp any chain (it had a 100-layer cap) and before retention's search;
+    its bound proves the schedule, so nothing runs after it."""
+    graph = remat.graphs.linear(110, unit=True)
+    sol = remat.solve(graph, "30%", method="auto", time_limit=30)
+    assert sol.status == "optimal" and sol.details["chosen"] == "chain-dp"
+    assert sol.details["tried"][-1] == "chain-dp"
+    assert sol.compute_cost == pytest.approx(solver("chain-dp")(
+        graph, parse_budget("30%", graph), SolveOptions()).compute_cost)
+
+
+def test_chain_dp_stops_at_its_time_limit():
+    """The persistent recursion on a long heterogeneous chain (12-38 s at 192 layers) stops at
+    the limit with no schedule and says so; a search or bound cut short is "timeout"."""
+    from remat.solvers.base import NO_SCHEDULE_YET
+
+    graph = remat.graphs.linear(192)
+    sol = solver("chain-dp")(graph, parse_budget("30%", graph), SolveOptions(time_limit=1))
+    assert not sol.feasible and sol.details["reason"] == NO_SCHEDULE_YET
+    assert sol.solve_time < 10  # 1.05 s measured
+    graph = remat.graphs.linear(64, unit=True)
+    least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+    budget = least + 0.1 * (checkpoint_all_peak(graph) - least)
+    cut = solver("chain-dp")(graph, budget, SolveOptions(time_limit=1))
+    assert cut.status == "timeout" and cut.compute_cost > cut.lower_bound
+    assert cut.peak_memory <= budget

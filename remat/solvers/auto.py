@@ -2,12 +2,13 @@
 
 First proves the retention bound (``remat.solvers.bounds``: a small knapsack, usually well
 under a second), then runs the methods that suit the graph in order of cost, stopping as soon
-as a schedule meets the bound, and returns the cheapest schedule that fits with the best
-lower bound proved: the baselines and ``retention`` (the schedule of the bound's knapsack)
-always; on chains
-``chain-dp`` (the best persistent schedule, fast); then ``milp``, started from the best
-schedule so far, on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP relaxation with
-rounding (``lp-rounding``, whose LP optimum is a proven bound) up to ``LP_MAX_NODES``.
+as a schedule meets the best bound proved so far (its own or one a method proved), and
+returns the cheapest schedule that fits with that bound: the classic baselines always; on
+chains ``chain-dp`` next (of any length: its recursions stop at its share of the time); then
+``retention`` (the schedule of the bound's knapsack, and its local search); then ``milp``,
+started from the best schedule so far, on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP
+relaxation with rounding (``lp-rounding``, whose LP optimum is a proven bound) up to
+``LP_MAX_NODES``.
 ``time_limit`` (default ``DEFAULT_TIME_LIMIT`` seconds) bounds the whole call: each method gets
 what is left (``_share``: half of it when an exact method follows), so the call ends within
 the limit plus the last method's overrun (a HiGHS solve or simulation in progress).
@@ -19,7 +20,8 @@ from dataclasses import replace
 
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
-from remat.solvers.base import BASELINES, SolveOptions, applicable, method_applies, solver
+from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, method_applies,
+                                solver)
 from remat.solvers.bounds import bound_time, meets, retention_bound
 
 MILP_MAX_NODES = 80
@@ -30,24 +32,27 @@ bench/graphs/resnet50-module.json (T = 266) at 60% returned lp_status "timeout" 
 and in bench/results/bounds.csv auto never chose lp-rounding above T = 129; at T = 88 its
 rounding won."""
 DEFAULT_TIME_LIMIT = 30.0
-CHAIN_DP_MAX_LAYERS = 100
-"""chain-dp's persistent recursion takes < 0.2 s up to 64 heterogeneous layers, ~3 s at 128;
-its search beyond persistent schedules (where the bound does not already prove them) 3-9 s
-at 64 layers and tight budgets (bench/results/fast_notes.md, session 4)."""
+BEFORE_BOUND = CLASSIC + ("chain-dp",)
+"""The methods auto runs before proving its own bound: the classic baselines take
+milliseconds, and chain-dp proves its own, stopping as soon as it meets its cost (auto's, with
+no cost to stop at, ran for its whole 3 s of 30 on linear(128, unit=True) at 30%, which
+chain-dp proves optimal in 0.6 s)."""
 EXACT_METHODS = ("chain-dp", "milp", "lp-rounding")
 """The methods after the baselines: whoever comes before one of them leaves it half the time."""
 MIN_STEP_SECONDS = 0.1
 """The least time a method gets once the limit is spent (the baselines take milliseconds)."""
 CHAIN_DP_SECONDS = 10.0
-"""The most auto gives chain-dp's search: past it the persistent schedule stands, and milp
-(short chains) gets its turn sooner."""
+"""The most auto gives chain-dp: past it the persistent schedule stands (or, on a
+heterogeneous chain of more than ~150 layers, chain-dp has none yet: its persistent
+recursion takes ~2.5 s at 128 layers, 12-38 s at 192), and retention and milp (short chains)
+get their turn sooner."""
 
 
 def candidate_methods(graph: RematGraph) -> list[str]:
     """The methods ``auto`` tries on this graph, cheapest first."""
     methods = applicable(graph, BASELINES)
-    if method_applies("chain-dp", graph) and len(graph.forward_nodes) <= CHAIN_DP_MAX_LAYERS:
-        methods.append("chain-dp")
+    if method_applies("chain-dp", graph):  # on a chain, before retention's search
+        methods.insert(methods.index("retention"), "chain-dp")
     if graph.size <= MILP_MAX_NODES:
         methods.append("milp")
     elif graph.size <= LP_MAX_NODES:
@@ -60,20 +65,24 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
     deadline = start + options.time_limit
-    known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
+    known = None  # auto's own bound: proved before the first method that needs it
     results: list[Solution] = []
     methods = candidate_methods(graph)
     for k, name in enumerate(methods):
         # exact methods start from the best schedule so far instead of rerunning the baselines
         best = _cheapest(results)
-        if best is not None and meets(best.compute_cost, known.value, options.mip_rel_gap):
-            break  # the bound already proves it: slower methods cannot do better
+        if known is None and name not in BEFORE_BOUND:
+            known = retention_bound(graph, budget, bound_time(options.time_limit),
+                                    options.threads, enough=best and best.compute_cost).value
+        if best is not None and meets(best.compute_cost, _bound(known, results),
+                                      options.mip_rel_gap):
+            break  # a bound already proves it: slower methods cannot do better
         limit = _share(name, deadline - time.perf_counter(), methods[k + 1:])
         results.append(solver(name)(graph, budget, replace(options, initial=best,
                                                            time_limit=limit)))
     feasible = [r for r in results if r.feasible]
     elapsed = time.perf_counter() - start
-    bound = max([known.value] + [r.lower_bound for r in results])
+    bound = _bound(known, results)
     min_budget = min((r.min_budget for r in results if r.min_budget is not None), default=None)
     if not feasible:
         return Solution.infeasible(graph, "auto", budget, min_budget, solve_time=elapsed,
@@ -88,12 +97,19 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
 
 def _share(name: str, left: float, later: list[str]) -> float:
     """The seconds method ``name`` gets of the ``left`` in auto's time limit: half when an
-    exact method follows (chain-dp at most ``CHAIN_DP_SECONDS``), else all of it; never less
-    than ``MIN_STEP_SECONDS``, so that the fast baselines always run."""
+    exact method follows, else all of it; chain-dp half at most (retention follows it) and at
+    most ``CHAIN_DP_SECONDS``; never less than ``MIN_STEP_SECONDS``, so that the fast
+    baselines always run."""
     share = left / 2 if any(m in EXACT_METHODS for m in later) else left
     if name == "chain-dp":
-        share = min(share, CHAIN_DP_SECONDS)
+        share = min(left / 2, CHAIN_DP_SECONDS)
     return max(share, MIN_STEP_SECONDS)
+
+
+def _bound(known: float | None, results: list[Solution]) -> float:
+    """The best lower bound proved: auto's own (if proved yet) or any method's (an infeasible
+    result's is the sum of costs, which every bound is at least)."""
+    return max([r.lower_bound for r in results] + ([] if known is None else [known]))
 
 
 def _cheapest(results: list[Solution]) -> Solution | None:

@@ -43,9 +43,19 @@ and 536 budgets), equal to milp's proven optimum on all 96 checks of ``bench/ver
 cannot produce: recomputing a backward node, more than one forward sweep in a stage (building
 checkpoints below the one a stage sweeps from), and a part above handing more than a_{m-1} to
 the stages below. So the method keeps the retention bound (``remat.solvers.bounds``) as its
-``lower_bound`` and says "optimal" only where its cost meets it, "feasible" otherwise;
+``lower_bound`` and says "optimal" only where its cost meets it, otherwise "timeout" if
+the time limit cut the search or the bound short, else "feasible";
 ``details["optimal_in_class"]`` is True when the search of the full class finished (see
 below), False when the time limit stopped it and the best persistent schedule stands.
+
+On unit chains (``linear(n, unit=True)``) the least cost equals Griewank's binomial optimum
+with s = B - 3 snapshot slots, ``total + forward_steps(n, s) - (n - 1)``
+(``remat.solvers.griewank``), at every whole budget B from the smallest to the store-all
+peak: n = 8, 16, 32 with the full class and 64, 128 with the persistent recursion alone
+(measured; tests/test_fast_solvers.py checks n <= 32). That optimum is proven for the classic
+checkpointing model; that every schedule of ours maps onto one of that model with s = B - 3
+slots is not proven here, so it certifies nothing, and the retention bound stays the
+bound (it proves no unit chain at 10% of the range for n >= 16 in 30 s).
 
 Lifting (a bound used to prune). Take any schedule of a held or drop block over layers u..t
 ending at b_m, of peak P and cost C. Removing every computation of a_u..a_{m-1} and keeping
@@ -89,7 +99,7 @@ from remat.errors import RematError, UnsupportedGraphError
 from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r
 from remat.schedule.solution import Solution
-from remat.solvers.base import SolveOptions
+from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
 from remat.solvers.bounds import bound_time, meets, retention_bound
 
 INF = float("inf")
@@ -731,11 +741,14 @@ def optimal_cost(chain: Chain, free_mem: float,
     return search_below(chain, free_mem, cost, persistent, deadline)
 
 
-def persistent_cost(chain: Chain, free_mem: float) -> tuple[float, _ChainDP]:
-    """The least cost of a persistent schedule (Rotor's class; fast), and its DP."""
+def persistent_cost(chain: Chain, free_mem: float,
+                    deadline: float | None = None) -> tuple[float, _ChainDP]:
+    """The least cost of a persistent schedule (Rotor's class; fast), and its DP. Raises
+    ``_OutOfTime`` past ``deadline`` (heterogeneous chains: ~2.5 s at n = 128, 12-38 s at 192,
+    59-95 s at 256, bench/results/fast_notes.md, session 10)."""
     limit = _deep_recursion(chain)
     try:
-        persistent = _ChainDP(chain, extended=False)
+        persistent = _ChainDP(chain, extended=False, deadline=deadline)
         return persistent.best(0, persistent.n - 1, 0, usable(chain, free_mem))[0], persistent
     finally:
         sys.setrecursionlimit(limit)
@@ -794,7 +807,11 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     deadline = None if options.time_limit is None else start + options.time_limit
     chain = chain_of(graph)
     free_mem = float(budget) - graph.static_mem
-    cost, dp = persistent_cost(chain, free_mem)
+    try:
+        cost, dp = persistent_cost(chain, free_mem, deadline)
+    except _OutOfTime:
+        return Solution.infeasible(graph, "chain-dp", budget, None, reason=NO_SCHEDULE_YET,
+                                   solve_time=time.perf_counter() - start)
     known = None
     if cost < INF:  # where the retention bound meets it, nothing is cheaper: no search
         known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads,
@@ -813,7 +830,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
             limit = max(limit, deadline - time.perf_counter())
         known = retention_bound(graph, budget, limit, options.threads, enough=cost)
     # optimal over all schedules where the retention bound meets it (module docstring)
-    status = "optimal" if meets(cost, known.value) else "feasible"
+    status = "optimal" if meets(cost, known.value) else \
+        ("timeout" if not dp.complete or known.status == "timeout" else "feasible")
     sol = Solution.from_schedule(graph, R, S, "chain-dp", status, budget,
                                  lower_bound=known.value,
                                  solve_time=time.perf_counter() - start,
