@@ -10,7 +10,7 @@ from torch.utils import _pytree as pytree
 
 from remat.capture.grouping import Group, check_ops, group_nodes, reorder_joint
 from remat.capture.internal import internal_peaks
-from remat.capture.specs import InputSpec, OutputSpec, input_spec, output_spec
+from remat.capture.specs import InputSignature, InputSpec, OutputSpec, input_spec, output_spec
 from remat.capture.storage import StorageMap, build_storage_map, split_static_views
 from remat.capture.trace import trace_joint
 from remat.errors import UnsupportedModelError
@@ -93,22 +93,10 @@ def apply_outputs(cap: Capture, outputs) -> torch.Tensor:
 
 
 def check_inputs(cap: Capture, inputs) -> None:
-    """Inputs must have the example's structure, shapes, dtypes and devices (one static graph)."""
-    got, expected = pytree.tree_leaves(inputs), pytree.tree_leaves(cap.example_inputs)
-    if len(got) != len(expected):
-        raise UnsupportedModelError(f"the step was captured for {len(expected)} input tensors, "
-                                    f"got {len(got)}; capture again for other inputs")
-    for i, (a, b) in enumerate(zip(got, expected)):
-        if not isinstance(b, torch.Tensor) and not isinstance(a, torch.Tensor) and a != b:
-            raise UnsupportedModelError(f"input {i} is {a!r}, but the step was captured for "
-                                        f"{b!r} (non-tensor inputs are baked into the graph); "
-                                        "capture again for this value")
-        if isinstance(b, torch.Tensor) and (not isinstance(a, torch.Tensor) or a.shape != b.shape
-                                            or a.dtype != b.dtype or a.device != b.device):
-            desc = f"{tuple(a.shape)} {a.dtype} {a.device}" if isinstance(a, torch.Tensor) else type(a).__name__
-            raise UnsupportedModelError(
-                f"input {i} is {desc}, but the step was captured for {tuple(b.shape)} {b.dtype} "
-                f"{b.device}; capture again (remat.capture) for this shape")
+    """Inputs must have the example's structure, shapes, dtypes, devices and ``requires_grad``
+    (one static graph)."""
+    InputSignature.of(cap.example_inputs).check(
+        inputs, UnsupportedModelError, "captured", "capture again (remat.capture) for them")
 
 
 def capture(model: nn.Module, example_inputs, loss_fn=None, cost_model="profile",

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import torch
+from torch.utils import _pytree as pytree
+
 from remat.capture.trace import MODEL_ATTR
 from remat.errors import UnsupportedModelError
 
@@ -74,3 +77,47 @@ def output_spec(desc) -> OutputSpec:
             return OutputSpec("input_grad", base.target)
         return OutputSpec("other", None)
     raise UnsupportedModelError(f"capture cannot handle a joint-graph output of kind {desc!r}")
+
+
+class InputSignature(NamedTuple):
+    """What a captured step was traced for: the inputs' pytree structure and, per leaf, a
+    tensor's shape, dtype, device type and ``requires_grad``, or another value's ``repr``.
+    Kept instead of the example inputs, which would otherwise stay allocated."""
+
+    structure: object
+    leaves: tuple
+
+    @classmethod
+    def of(cls, inputs) -> "InputSignature":
+        leaves, structure = pytree.tree_flatten(tuple(inputs))
+        return cls(structure, tuple(_leaf_signature(x) for x in leaves))
+
+    def check(self, inputs, error: type, done: str, again: str) -> list:
+        """The leaves of ``inputs`` once they match; else ``error`` naming the first input
+        that differs (``done``: "compiled"/"captured"; ``again``: what the user should do)."""
+        leaves, structure = pytree.tree_flatten(tuple(inputs))
+        if structure != self.structure:
+            raise error(f"the step was {done} for inputs shaped like {self.structure}, got "
+                        f"{structure}; {again}")
+        for index, (value, expected) in enumerate(zip(leaves, self.leaves)):
+            got = _leaf_signature(value)
+            if got != expected:
+                baked = " (non-tensor inputs are baked into the graph)" \
+                    if expected[0] == "value" else ""
+                raise error(f"input {index} is {_describe(got)}, but the step was {done} for "
+                            f"{_describe(expected)}{baked}; {again}")
+        return leaves
+
+
+def _leaf_signature(value) -> tuple:
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
+    return ("value", repr(value))
+
+
+def _describe(signature: tuple) -> str:
+    if signature[0] == "tensor":
+        _, shape, dtype, device, grad = signature
+        return (f"a {device} {str(dtype).replace('torch.', '')} tensor of shape {list(shape)}"
+                + (" requiring grad" if grad else ""))
+    return f"the value {signature[1]}"

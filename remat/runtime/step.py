@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from torch.utils import _pytree as pytree
 
+from remat.capture.specs import InputSignature
 from remat.errors import RematError, UnsupportedModelError
 from remat.runtime.rewrite import ScheduledStep, schedule_joint
 
@@ -31,11 +31,10 @@ class CompiledStep:
         self._scheduled: ScheduledStep = schedule_joint(
             capture.joint, capture.node_groups, solution.plan, capture.placeholders,
             capture.outputs)
-        leaves, self._structure = pytree.tree_flatten(tuple(capture.example_inputs))
         # keep the signature, not the example batch: it would stay allocated beside every
         # later batch, memory the budget does not count
+        self._signature = InputSignature.of(capture.example_inputs)
         self.capture = capture = dataclasses.replace(capture, example_inputs=None)
-        self._signature = [_signature(x) for x in leaves]
         self._tangent = _loss_tangent(capture)
         self._sources = _sources(capture)
         self._buffer_owners = [_owner(self.model, target, "buffer")
@@ -93,17 +92,8 @@ class CompiledStep:
     # ----- internals ---------------------------------------------------------------------
     def _check_inputs(self, inputs) -> list:
         """The inputs' leaves, once their structure and signature match the example's."""
-        leaves, structure = pytree.tree_flatten(tuple(inputs))
-        if structure != self._structure:
-            raise InputMismatchError(f"the step was compiled for inputs shaped like "
-                                     f"{self._structure}, got {structure}")
-        for index, (value, expected) in enumerate(zip(leaves, self._signature)):
-            got = _signature(value)
-            if got != expected:
-                raise InputMismatchError(
-                    f"input {index} is {_describe(got)}, but the step was compiled for "
-                    f"{_describe(expected)}; call remat.compile(model, new_inputs, ...) for it")
-        return leaves
+        return self._signature.check(inputs, InputMismatchError, "compiled",
+                                     "call remat.compile(model, new_inputs, ...) for them")
 
     def _joint_args(self, flat_inputs: list) -> list:
         """The joint graph's inputs: the model's parameters and buffers (read from their
@@ -165,17 +155,3 @@ def _loss_tangent(capture) -> torch.Tensor | None:
 
 def _placeholder_nodes(joint: torch.fx.GraphModule) -> list:
     return [n for n in joint.graph.nodes if n.op == "placeholder"]
-
-
-def _signature(value):
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
-    return ("value", repr(value))
-
-
-def _describe(signature) -> str:
-    if signature[0] == "tensor":
-        _, shape, dtype, device, grad = signature
-        return (f"a {device} {str(dtype).replace('torch.', '')} tensor of shape {list(shape)}"
-                + (" requiring grad" if grad else ""))
-    return f"the value {signature[1]}"
