@@ -23,6 +23,7 @@ from remat.schedule.solution import Solution
 from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, method_applies,
                                 solver)
 from remat.solvers.bounds import bound_time, meets, retention_bound
+from remat.solvers.chain_dp import chain_of, distinct_segments
 
 MILP_MAX_NODES = 80
 """milp proves optimality within seconds to a minute up to about this size (bench_milp.py)."""
@@ -32,6 +33,12 @@ bench/graphs/resnet50-module.json (T = 266) at 60% returned lp_status "timeout" 
 and in bench/results/bounds.csv auto never chose lp-rounding above T = 129; at T = 88 its
 rounding won."""
 DEFAULT_TIME_LIMIT = 30.0
+CHAIN_DP_FIRST_SEGMENTS = 10_000
+"""chain-dp runs before retention on chains whose DP has at most this many distinct segments
+(``chain_dp.distinct_segments``): its persistent recursion then takes seconds (~2.5 s for
+linear(128), 8385 segments; unit chains of 256 layers, 768: 3.2 s); heterogeneous
+linear(192) (18721) takes 12-38 s, and there retention, first, proves 30% and 60% in 3.6 and
+2.7 s (bench/results/fast_notes.md, session 10)."""
 BEFORE_BOUND = CLASSIC + ("chain-dp",)
 """The methods auto runs before proving its own bound: the classic baselines take
 milliseconds, and chain-dp proves its own, stopping as soon as it meets its cost (auto's, with
@@ -51,8 +58,9 @@ get their turn sooner."""
 def candidate_methods(graph: RematGraph) -> list[str]:
     """The methods ``auto`` tries on this graph, cheapest first."""
     methods = applicable(graph, BASELINES)
-    if method_applies("chain-dp", graph):  # on a chain, before retention's search
-        methods.insert(methods.index("retention"), "chain-dp")
+    if method_applies("chain-dp", graph):  # before retention's search if it is quick
+        later = distinct_segments(chain_of(graph)) > CHAIN_DP_FIRST_SEGMENTS
+        methods.insert(methods.index("retention") + later, "chain-dp")
     if graph.size <= MILP_MAX_NODES:
         methods.append("milp")
     elif graph.size <= LP_MAX_NODES:
