@@ -81,7 +81,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         best = _cheapest(results)
         if known is None and name not in BEFORE_BOUND:
             known = retention_bound(graph, budget, bound_time(options.time_limit),
-                                    options.threads, enough=best and best.compute_cost).value
+                                    options.threads).value
         if best is not None and meets(best.compute_cost, _bound(known, results),
                                       options.mip_rel_gap):
             break  # a bound already proves it: slower methods cannot do better
