@@ -337,3 +337,36 @@ def test_chain_dp_stops_at_its_time_limit():
     cut = solver("chain-dp")(graph, budget, SolveOptions(time_limit=1))
     assert cut.status == "timeout" and cut.compute_cost > cut.lower_bound
     assert cut.peak_memory <= budget
+
+
+def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkeypatch):
+    """Heterogeneous linear(192): 18721 distinct segments, a persistent recursion of 12-38 s,
+    so retention (which proves 30% and 60% in ~3 s) goes first; chain-dp, last, gets all that
+    is left (a fake clock: each method uses all it is given)."""
+    from types import SimpleNamespace
+
+    from remat.solvers import auto
+
+    graph = remat.graphs.linear(192)
+    methods = auto.candidate_methods(graph)
+    assert methods[-2:] == ["retention", "chain-dp"]
+    assert auto.candidate_methods(remat.graphs.linear(192, unit=True))[-2:] == \
+        ["chain-dp", "retention"]
+    clock, given = [0.0], {}
+    stand_in = solver("chen-sqrtn")(graph, parse_budget("60%", graph), SolveOptions())
+
+    def fake(name):
+        def run(graph, budget, options):
+            given[name] = options.time_limit
+            if name in ("retention", "chain-dp"):
+                clock[0] += options.time_limit
+            return stand_in
+        return run
+
+    monkeypatch.setattr(auto, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(auto, "solver", fake)
+    monkeypatch.setattr(auto, "retention_bound",
+                        lambda *args, **kwargs: SimpleNamespace(value=graph.total_cost))
+    auto.solve(graph, parse_budget("60%", graph), SolveOptions(time_limit=20))
+    assert given["retention"] == pytest.approx(10) and given["chain-dp"] == pytest.approx(10)
+    assert clock[0] == pytest.approx(20)

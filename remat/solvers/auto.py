@@ -1,11 +1,12 @@
 """``auto``: pick the method by the graph's shape and size; report the bound it proved.
 
-First proves the retention bound (``remat.solvers.bounds``: a small knapsack, usually well
-under a second), then runs the methods that suit the graph in order of cost, stopping as soon
-as a schedule meets the best bound proved so far (its own or one a method proved), and
-returns the cheapest schedule that fits with that bound: the classic baselines always; on
-chains ``chain-dp`` next (of any length: its recursions stop at its share of the time); then
-``retention`` (the schedule of the bound's knapsack, and its local search); then ``milp``,
+Runs the methods that suit the graph in order of cost, stopping as soon as a schedule meets
+the best lower bound proved so far, and returns the cheapest schedule that fits with that
+bound: the classic baselines always; on chains ``chain-dp`` next (of any length: its
+recursions stop at its share of the time; after ``retention`` where its DP is large); then
+auto proves the retention bound itself (``remat.solvers.bounds``: a small knapsack, usually
+well under a second; chain-dp proves its own) and runs ``retention`` (the schedule of the
+bound's knapsack, and its local search); then ``milp``,
 started from the best schedule so far, on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP
 relaxation with rounding (``lp-rounding``, whose LP optimum is a proven bound) up to
 ``LP_MAX_NODES``.
@@ -105,11 +106,11 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
 
 def _share(name: str, left: float, later: list[str]) -> float:
     """The seconds method ``name`` gets of the ``left`` in auto's time limit: half when an
-    exact method follows, else all of it; chain-dp half at most (retention follows it) and at
-    most ``CHAIN_DP_SECONDS``; never less than ``MIN_STEP_SECONDS``, so that the fast
-    baselines always run."""
+    exact method follows, else all of it; chain-dp, when any method follows, half and at most
+    ``CHAIN_DP_SECONDS``; never less than ``MIN_STEP_SECONDS``, so that the fast baselines
+    always run."""
     share = left / 2 if any(m in EXACT_METHODS for m in later) else left
-    if name == "chain-dp":
+    if name == "chain-dp" and later:
         share = min(left / 2, CHAIN_DP_SECONDS)
     return max(share, MIN_STEP_SECONDS)
 

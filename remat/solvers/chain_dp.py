@@ -55,7 +55,7 @@ peak: n = 8, 16, 32 with the full class and 64, 128 with the persistent recursio
 (measured; tests/test_fast_solvers.py checks n <= 32). That optimum is proven for the classic
 checkpointing model; that every schedule of ours maps onto one of that model with s = B - 3
 slots is not proven here, so it certifies nothing, and the retention bound stays the
-bound (it proves no unit chain at 10% of the range for n >= 16 in 30 s).
+bound (it proves no unit chain at 10% of the range for n >= 32 in 30 s).
 
 Lifting (a bound used to prune). Take any schedule of a held or drop block over layers u..t
 ending at b_m, of peak P and cost C. Removing every computation of a_u..a_{m-1} and keeping
