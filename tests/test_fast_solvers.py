@@ -312,7 +312,7 @@ def test_chain_dp_equals_the_binomial_optimum_on_unit_chains(n, full_class):
 
 
 def test_auto_runs_chain_dp_on_long_chains_before_retention():
-    """auto gives chain-dp any chain (it had a 100-layer cap) and before retention's search;
+    """auto gives chain-dp chains past 100 layers (its old cap), before retention's search;
     its bound proves the schedule, so nothing runs after it."""
     graph = remat.graphs.linear(110, unit=True)
     sol = remat.solve(graph, "30%", method="auto", time_limit=30)
@@ -342,7 +342,8 @@ def test_chain_dp_stops_at_its_time_limit():
 def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkeypatch):
     """Heterogeneous linear(192): 18721 distinct segments, a persistent recursion of 12-38 s,
     so retention (which proves 30% and 60% in ~3 s) goes first; chain-dp, last, gets all that
-    is left (a fake clock: each method uses all it is given)."""
+    is left (a fake clock: each method uses all it is given). Unit linear(512) (26 s to over
+    30 s) has no chain-dp."""
     from types import SimpleNamespace
 
     from remat.solvers import auto
@@ -352,6 +353,7 @@ def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkey
     assert methods[-2:] == ["retention", "chain-dp"]
     assert auto.candidate_methods(remat.graphs.linear(192, unit=True))[-2:] == \
         ["chain-dp", "retention"]
+    assert "chain-dp" not in auto.candidate_methods(remat.graphs.linear(512, unit=True))
     clock, given = [0.0], {}
     stand_in = solver("chen-sqrtn")(graph, parse_budget("60%", graph), SolveOptions())
 

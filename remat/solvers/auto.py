@@ -2,8 +2,9 @@
 
 Runs the methods that suit the graph in order of cost, stopping as soon as a schedule meets
 the best lower bound proved so far, and returns the cheapest schedule that fits with that
-bound: the classic baselines always; on chains ``chain-dp`` next (of any length: its
-recursions stop at its share of the time; after ``retention`` where its DP is large); then
+bound: the classic baselines always; on chains of up to ``CHAIN_DP_MAX`` layers ``chain-dp``
+next (its recursions stop at its share of the time; after ``retention`` where its DP is
+large, ``CHAIN_DP_FIRST``); then
 auto proves the retention bound itself (``remat.solvers.bounds``: a small knapsack, usually
 well under a second; chain-dp proves its own) and runs ``retention`` (the schedule of the
 bound's knapsack, and its local search); then ``milp``,
@@ -34,12 +35,16 @@ bench/graphs/resnet50-module.json (T = 266) at 60% returned lp_status "timeout" 
 and in bench/results/bounds.csv auto never chose lp-rounding above T = 129; at T = 88 its
 rounding won."""
 DEFAULT_TIME_LIMIT = 30.0
-CHAIN_DP_FIRST_SEGMENTS = 10_000
-"""chain-dp runs before retention on chains whose DP has at most this many distinct segments
-(``chain_dp.distinct_segments``): its persistent recursion then takes seconds (~2.5 s for
-linear(128), 8385 segments; unit chains of 256 layers, 768: 3.2 s); heterogeneous
-linear(192) (18721) takes 12-38 s, and there retention, first, proves 30% and 60% in 3.6 and
-2.7 s (bench/results/fast_notes.md, session 10)."""
+CHAIN_DP_FIRST = (256, 10_000)
+"""chain-dp runs before retention on chains of at most this many layers whose DP has at most
+this many distinct segments (``chain_dp.distinct_segments``): its persistent recursion then
+takes seconds (heterogeneous linear(128), 8385 segments: ~2.5 s; unit chains of 256 layers,
+768 segments: 3.2 s). Heterogeneous linear(192) (18721) takes 12-38 s, and there retention,
+first, proves 30% and 60% in 3.6 and 2.7 s (bench/results/fast_notes.md, session 10)."""
+CHAIN_DP_MAX = (384, 20_000)
+"""Longer chains, or more segments, and auto leaves chain-dp out: its persistent recursion
+takes 10-12 s on unit chains of 384 layers, 26 s to over 30 s at 512, 59-95 s on
+heterogeneous linear(256) (33153 segments)."""
 BEFORE_BOUND = CLASSIC + ("chain-dp",)
 """The methods auto runs before proving its own bound: the classic baselines take
 milliseconds, and chain-dp proves its own, stopping as soon as it meets its cost (auto's, with
@@ -59,14 +64,31 @@ get their turn sooner."""
 def candidate_methods(graph: RematGraph) -> list[str]:
     """The methods ``auto`` tries on this graph, cheapest first."""
     methods = applicable(graph, BASELINES)
-    if method_applies("chain-dp", graph):  # before retention's search if it is quick
-        later = distinct_segments(chain_of(graph)) > CHAIN_DP_FIRST_SEGMENTS
+    size = _chain_size(graph)
+    if size is not None and _within(size, CHAIN_DP_MAX):
+        # before retention's search where its recursion takes seconds, else after it
+        later = not _within(size, CHAIN_DP_FIRST)
         methods.insert(methods.index("retention") + later, "chain-dp")
     if graph.size <= MILP_MAX_NODES:
         methods.append("milp")
     elif graph.size <= LP_MAX_NODES:
         methods.append("lp-rounding")
     return methods
+
+
+def _chain_size(graph: RematGraph) -> tuple[int, int] | None:
+    """(layers, distinct DP segments) of a chain chain-dp handles (segments counted only up
+    to ``CHAIN_DP_MAX`` layers: the count builds O(n^2) tables); None for other graphs."""
+    if not method_applies("chain-dp", graph):
+        return None
+    layers = len(graph.forward_nodes) - 1
+    if layers > CHAIN_DP_MAX[0]:
+        return layers, -1
+    return layers, distinct_segments(chain_of(graph))
+
+
+def _within(size: tuple[int, int], limit: tuple[int, int]) -> bool:
+    return size[0] <= limit[0] and size[1] <= limit[1]
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
