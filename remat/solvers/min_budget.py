@@ -35,17 +35,23 @@ class MinBudget:
     solve_time: float
 
 
+BASELINE_SECONDS = 2.0
+"""The time limit of each baseline call in ``smallest_baseline`` (only ``retention`` uses
+time: its scan for the least peak, then a schedule at it)."""
+
+
 def smallest_baseline(graph: RematGraph) -> tuple[float, np.ndarray, np.ndarray]:
     """The least peak any baseline reaches, with its schedule (checkpoint-all at worst)."""
     from remat.solvers.base import BASELINES, applicable
 
     R, S = checkpoint_all(graph)
     best = (simulate(graph, R, S).peak_memory, R, S)
+    options = SolveOptions(time_limit=BASELINE_SECONDS)
     for name in applicable(graph, BASELINES):
-        low = solver(name)(graph, 1e-300, SolveOptions()).min_budget
+        low = solver(name)(graph, 1e-300, options).min_budget
         if low is None or low >= best[0]:
             continue
-        found = solver(name)(graph, low, SolveOptions())
+        found = solver(name)(graph, low, options)
         if found.feasible:
             best = (found.peak_memory, found.R, found.S)
     return best
