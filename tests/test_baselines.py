@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import remat
 from remat.schedule import checkpoint_all, checkpoint_all_peak, parse_budget, simulate
 from remat.solvers import SolveOptions, solver
-from remat.solvers.base import method_applies
+from remat.solvers.base import CLASSIC, method_applies
 from remat.solvers.griewank import _split_table, adjoint_order, chain_schedule, forward_steps
 
 import cases
@@ -187,8 +187,7 @@ def test_milp_is_no_worse_than_any_baseline(name, budget):
     depends on the machine's speed: dag20-s3 at 60%, 79.375 in 2 s, 79.558 in 1 s.)"""
     graph = cases.graph(name)
     budget_bytes = parse_budget(budget, graph)
-    classic = [m for m in BASELINES if m not in ("retention", "auto")]
-    baseline_costs = [s.compute_cost for m in classic
+    baseline_costs = [s.compute_cost for m in CLASSIC
                       if (s := run(m, graph, budget)) is not None and s.feasible]
     sol = solver("milp")(graph, budget_bytes, SolveOptions(time_limit=2))
     check_invariants(graph, sol, budget_bytes)

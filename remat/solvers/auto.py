@@ -17,6 +17,7 @@ the limit plus the last method's overrun (a HiGHS solve or simulation in progres
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 
@@ -64,11 +65,9 @@ get their turn sooner."""
 def candidate_methods(graph: RematGraph) -> list[str]:
     """The methods ``auto`` tries on this graph, cheapest first."""
     methods = applicable(graph, BASELINES)
-    size = _chain_size(graph)
-    if size is not None and _within(size, CHAIN_DP_MAX):
-        # before retention's search where its recursion takes seconds, else after it
-        later = not _within(size, CHAIN_DP_FIRST)
-        methods.insert(methods.index("retention") + later, "chain-dp")
+    after = _chain_dp_after_retention(graph)
+    if after is not None:
+        methods.insert(methods.index("retention") + after, "chain-dp")
     if graph.size <= MILP_MAX_NODES:
         methods.append("milp")
     elif graph.size <= LP_MAX_NODES:
@@ -76,19 +75,18 @@ def candidate_methods(graph: RematGraph) -> list[str]:
     return methods
 
 
-def _chain_size(graph: RematGraph) -> tuple[int, int] | None:
-    """(layers, distinct DP segments) of a chain chain-dp handles (segments counted only up
-    to ``CHAIN_DP_MAX`` layers: the count builds O(n^2) tables); None for other graphs."""
+def _chain_dp_after_retention(graph: RematGraph) -> bool | None:
+    """Where auto runs chain-dp: before retention (False) where its recursion takes seconds
+    (``CHAIN_DP_FIRST``), after it (True) up to ``CHAIN_DP_MAX``, not at all (None) beyond
+    or on other graphs. Segments are counted only below the layer cap (the count builds
+    O(n^2) tables)."""
     if not method_applies("chain-dp", graph):
         return None
     layers = len(graph.forward_nodes) - 1
-    if layers > CHAIN_DP_MAX[0]:
-        return layers, -1
-    return layers, distinct_segments(chain_of(graph))
-
-
-def _within(size: tuple[int, int], limit: tuple[int, int]) -> bool:
-    return size[0] <= limit[0] and size[1] <= limit[1]
+    segments = distinct_segments(chain_of(graph)) if layers <= CHAIN_DP_MAX[0] else math.inf
+    if segments > CHAIN_DP_MAX[1]:
+        return None
+    return layers > CHAIN_DP_FIRST[0] or segments > CHAIN_DP_FIRST[1]
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:

@@ -26,7 +26,8 @@ from remat.solvers.min_budget import min_budget, peak_lower_bound
 __all__ = ["BASELINES", "applicable", "solve", "solve_with", "warm_start"]
 
 MIN_WARM_SECONDS = 0.1
-"""The least time the LP rounding of ``warm_start`` gets once the baselines spent its half."""
+"""The least time a step of the warm start (a baseline, the LP rounding) gets once its half of
+the time limit is spent."""
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
@@ -85,7 +86,8 @@ def best_baseline(graph: RematGraph, budget: float, names=BASELINES,
     (only ``retention`` uses time: it gets what the classic ones leave)."""
     best, began = None, time.perf_counter()
     for name in applicable(graph, names):
-        left = None if time_limit is None else max(0.1, time_limit - (time.perf_counter() - began))
+        left = None if time_limit is None else \
+            max(MIN_WARM_SECONDS, time_limit - (time.perf_counter() - began))
         result = solver(name)(graph, budget, SolveOptions(time_limit=left))
         if result.feasible and (best is None or result.compute_cost < best.compute_cost):
             best = result

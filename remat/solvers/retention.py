@@ -81,7 +81,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     if best is not None and not _proven(best, known.value):
         best = _search(plan, budget, best, until, options.seed, options.threads, known.value)
     if best is None:  # min_budget: the least peak this method reaches
-        least = _least_peak(plan, budget, least, deadline, options.threads)
+        least = _least_peak(plan, budget, least, until, options.threads)
         return Solution.infeasible(graph, "retention", budget, least,
                                    solve_time=time.perf_counter() - began, tries=tries)
     elapsed = time.perf_counter() - began
@@ -118,16 +118,16 @@ def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
     return None, kept, tries, least
 
 
-def _least_peak(plan: "Plan", budget: float, least: float, deadline, threads) -> float:
+def _least_peak(plan: "Plan", budget: float, least: float, deadline: float,
+                threads) -> float:
     """The least peak of the schedules tried, for ``min_budget``. Below ``peak_lower_bound``
     no knapsack was tried (no schedule of the graph fits): budgets from that bound up to
     checkpoint-all's peak (``LEAST_STEPS`` steps) are tried until one fits, and their least
     peak says what this method can meet (keeping nothing peaks higher: gpt2 at module level,
     8.03 MiB, 84% of the way to checkpoint-all's peak, against 3.84 MiB so); keep nothing at
-    worst. Without a deadline the scan takes at most ``GROW_SECONDS``."""
+    worst. ``deadline``: the caller's (``GROW_SECONDS`` from its start without a limit)."""
     graph = plan.graph
     floor, top = peak_lower_bound(graph), checkpoint_all_peak(graph)
-    deadline = deadline or time.perf_counter() + GROW_SECONDS
     for step in range(LEAST_STEPS + 1 if budget < floor else 0):
         if _past(deadline):
             break
