@@ -324,12 +324,13 @@ def test_auto_runs_chain_dp_on_long_chains_before_retention():
 
 def test_chain_dp_stops_at_its_time_limit():
     """The persistent recursion on a long heterogeneous chain (12-38 s at 192 layers) stops at
-    the limit with no schedule and says so; a search or bound cut short is "timeout"."""
-    from remat.solvers.base import NO_SCHEDULE_YET
-
+    the limit and returns the least-peak persistent schedule, "timeout"; a search or bound
+    cut short is "timeout" too."""
     graph = remat.graphs.linear(192)
-    sol = solver("chain-dp")(graph, parse_budget("30%", graph), SolveOptions(time_limit=1))
-    assert not sol.feasible and sol.details["reason"] == NO_SCHEDULE_YET
+    budget = parse_budget("30%", graph)
+    sol = solver("chain-dp")(graph, budget, SolveOptions(time_limit=1))
+    assert sol.status == "timeout" and sol.details["least_peak"]
+    assert sol.peak_memory <= budget and sol.lower_bound == graph.total_cost
     assert sol.solve_time < 10  # 1.05 s measured
     graph = remat.graphs.linear(64, unit=True)
     least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
@@ -337,6 +338,32 @@ def test_chain_dp_stops_at_its_time_limit():
     cut = solver("chain-dp")(graph, budget, SolveOptions(time_limit=1))
     assert cut.status == "timeout" and cut.compute_cost > cut.lower_bound
     assert cut.peak_memory <= budget
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 12])
+def test_least_peak_schedule_reaches_the_persistent_least_peak(n):
+    """The numpy least-peak tables' schedule (chain-dp's answer when its time runs out)
+    simulates to the smallest budget at which the persistent recursion (``best``, a separate
+    code path) has any schedule, on random chains with and without workspace, and costs at
+    least that recursion's optimum there."""
+    from test_workspace import with_random_workspace
+
+    from remat.solvers.chain_dp import _ChainDP, _least_peak, _r_s, persistent_cost
+
+    for seed in range(6):
+        graph = random_chain(n, seed)
+        for g in (graph, with_random_workspace(graph, seed)):
+            chain = chain_of(g)
+            ops = []
+            _ChainDP(chain, extended=False).least_peak_ops(ops)
+            sim = simulate(g, *_r_s(g, ops))
+            free = sim.peak_memory - g.static_mem
+            cheapest = persistent_cost(chain, free)[0]
+            assert np.isinf(persistent_cost(chain, free - 1)[0]), (n, seed)
+            assert sim.compute_cost >= cheapest - 1e-9
+            sol = _least_peak(g, chain, sim.peak_memory, 0.0)
+            assert sol.peak_memory == sim.peak_memory and sol.status == "timeout"
+            assert not _least_peak(g, chain, sim.peak_memory - 1, 0.0).feasible
 
 
 def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkeypatch):

@@ -57,8 +57,8 @@ MIN_STEP_SECONDS = 0.1
 """The least time a method gets once the limit is spent (the baselines take milliseconds)."""
 CHAIN_DP_SECONDS = 10.0
 """The most auto gives chain-dp: past it the persistent schedule stands (or, on a
-heterogeneous chain of more than ~150 layers, chain-dp has none yet: its persistent
-recursion takes ~2.5 s at 128 layers, 12-38 s at 192), and retention and milp (short chains)
+heterogeneous chain of more than ~150 layers, whose persistent recursion takes ~2.5 s at 128
+layers and 12-38 s at 192, its least-peak schedule), and retention and milp (short chains)
 get their turn sooner."""
 
 

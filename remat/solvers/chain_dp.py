@@ -75,7 +75,9 @@ below is the incumbent to beat, and segments with equal content share their stat
 persistent recursion runs first (the old solver: ~0.5 s / ~3 s at n = 128 unit / heterogeneous,
 bench/results/fast_chains_bb.csv); the full class
 is then searched only for something strictly cheaper, a search that is mostly a proof and is
-bounded by ``SolveOptions.time_limit``; ``solve`` skips that search where the retention bound
+bounded by ``SolveOptions.time_limit``. Where the limit stops even the persistent recursion,
+``solve`` returns the persistent schedule of least peak (``least_peak_tables``, numpy,
+milliseconds to ~2 s at 384 layers) if it fits, status "timeout"; ``solve`` skips that search where the retention bound
 already meets the persistent cost, and gives what is left of the limit to the bound where it
 does not meet the final cost. It is O(n^4) states x budget steps in pure Python:
 seconds at n = 64 and past 30 s at n = 128 (bench/results/fast_notes.md, session 4).
@@ -524,28 +526,72 @@ class _ChainDP:
         return high
 
     def _persistent_min_peak(self) -> float:
-        """The smallest peak of a persistent schedule (no ``drop`` states): the recursion of
-        ``best`` with max for + and no costs, by segment length, every segment of one length
-        at once (numpy): ``peak[top][s, t]``."""
-        n = self.n
+        """The smallest peak of a persistent schedule (no ``drop`` states)."""
+        return float(self.least_peak_tables()[0][0][0, self.n - 1])
+
+    def least_peak_tables(self):
+        """The persistent schedules of least peak: the recursion of ``best`` with max for +,
+        by segment length, every segment of one length at once (numpy). Returns ``(peak,
+        cost, first, keep)``, each indexed ``[top][s, t]``: the least peak of seg(s, t, top),
+        the cost of the schedule chosen for it, its first checkpoint a_j and whether a_j stays
+        for the stages below. Among choices of equal peak the cheaper wins (and the part
+        below keeps a_j when that does not raise the peak): a schedule for any budget above
+        the least peak, not the cheapest one."""
+        n, fp = self.n, np.array(self.fp)
         mem, base = np.array(self.mem), np.array(self.base)
         above = np.array(self.grad[1:n + 1])  # above[t]: gradient over segment ..t
-        peak = np.full((2, n, n), INF)
+        peak, cost = np.full((2, n, n), INF), np.full((2, n, n), INF)
+        first, keep = np.zeros((2, n, n), dtype=int), np.zeros((2, n, n), dtype=int)
         workspace = np.array(self.fws)
         for top in (0, 1):
             peak[top, range(n), range(n)] = np.diag(np.array(self.store_peak[top]))
+            cost[top, range(n), range(n)] = [self.store_cost(s, s, top) for s in range(n)]
         for length in range(1, n):
             s = np.arange(n - length)
             t = s + length
             j = s[:, None] + np.arange(length)  # first checkpoint of segment s..t
             pair = mem[j] + workspace[j] + np.where(j > s[:, None], mem[j - 1], 0.0)
             sweep = np.maximum.accumulate(pair, axis=1) + (base[s] + above[t])[:, None]
-            lower = np.minimum(peak[0][s[:, None], j], peak[1][s[:, None], j])
+            sweep_cost = fp[j + 1] - fp[s][:, None]
             for top in (0, 1):
-                run = sweep + (mem[t] * top)[:, None]
-                upper = base[s][:, None] + peak[top][j + 1, t[:, None]]
-                peak[top][s, t] = np.maximum(np.maximum(run, upper), lower).min(axis=1)
-        return float(peak[0][0, n - 1])
+                outer = np.maximum(sweep + (mem[t] * top)[:, None],
+                                   base[s][:, None] + peak[top][j + 1, t[:, None]])
+                outer_cost = sweep_cost + cost[top][j + 1, t[:, None]]
+                options = [(np.maximum(outer, peak[e][s[:, None], j]),
+                            outer_cost + cost[e][s[:, None], j]) for e in (0, 1)]
+                kept = _lexically_less(*options[1], *options[0])
+                both = [np.where(kept, a, b) for a, b in zip(options[1], options[0])]
+                pick = _lexical_argmin(*both)
+                rows = np.arange(len(s))
+                peak[top][s, t] = both[0][rows, pick]
+                cost[top][s, t] = both[1][rows, pick]
+                first[top][s, t] = s + pick
+                keep[top][s, t] = kept[rows, pick]
+        return peak, cost, first, keep
+
+    def least_peak_ops(self, ops: list) -> None:
+        """Append the (stage, node) forward computations of the least-peak persistent
+        schedule (``least_peak_tables``)."""
+        _, _, first, keep = self.least_peak_tables()
+        todo = [(0, self.n - 1, 0)]
+        while todo:
+            s, t, top = todo.pop()
+            if s == t:
+                self._sweep_ops(t, s, t - top, ops)
+                continue
+            j, e = int(first[top][s, t]), int(keep[top][s, t])
+            self._sweep_ops(t, s, j, ops)
+            todo += [(s, j, e), (j + 1, t, top)]  # the part above first, as in recomputed
+
+
+def _lexically_less(peak_a, cost_a, peak_b, cost_b):
+    """Where (peak_a, cost_a) < (peak_b, cost_b), peaks compared first."""
+    return (peak_a < peak_b) | ((peak_a == peak_b) & (cost_a < cost_b))
+
+
+def _lexical_argmin(peak, cost):
+    """Per row, the column of least peak, the cheapest among equal peaks."""
+    return np.where(peak == peak.min(axis=1, keepdims=True), cost, INF).argmin(axis=1)
 
 
 class _OutOfTime(Exception):
@@ -804,6 +850,11 @@ def schedule(graph: RematGraph, dp: _ChainDP, free_mem: float) -> tuple[np.ndarr
         dp.recomputed(0, dp.n - 1, 0, usable(dp.c, free_mem), ops)
     finally:
         sys.setrecursionlimit(limit)
+    return _r_s(graph, ops)
+
+
+def _r_s(graph: RematGraph, ops: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """R/S of a schedule given as its (stage, node) forward recomputations."""
     R = np.eye(graph.size, dtype=bool)
     for stage, node in ops:
         R[stage, node] = True
@@ -818,8 +869,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     try:
         cost, dp = persistent_cost(chain, free_mem, deadline)
     except _OutOfTime:
-        return Solution.infeasible(graph, "chain-dp", budget, None, reason=NO_SCHEDULE_YET,
-                                   solve_time=time.perf_counter() - start)
+        return _least_peak(graph, chain, budget, start)
     known = None
     if cost < INF:  # where the retention bound meets it, nothing is cheaper: no search
         known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads,
@@ -848,4 +898,20 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         raise RematError(f"chain-dp: internal error, the DP's schedule simulates to cost "
                          f"{sol.compute_cost} and peak {sol.peak_memory} (DP: cost {cost} within "
                          f"{budget}); please report this graph")
+    return sol
+
+
+def _least_peak(graph: RematGraph, chain: Chain, budget: float, start: float) -> Solution:
+    """What ``solve`` returns when its time ran out before the persistent recursion finished:
+    the least-peak persistent schedule (``least_peak_tables``, milliseconds) if it fits, with
+    status "timeout" and the trivial bound (every node once); else no schedule."""
+    ops: list[tuple[int, int]] = []
+    _ChainDP(chain, extended=False).least_peak_ops(ops)
+    R, S = _r_s(graph, ops)
+    sol = Solution.from_schedule(graph, R, S, "chain-dp", "timeout", budget,
+                                 lower_bound=graph.total_cost,
+                                 solve_time=time.perf_counter() - start, least_peak=True)
+    if sol.peak_memory > budget:
+        return Solution.infeasible(graph, "chain-dp", budget, None, reason=NO_SCHEDULE_YET,
+                                   solve_time=time.perf_counter() - start)
     return sol
