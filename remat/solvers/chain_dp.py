@@ -75,9 +75,12 @@ below is the incumbent to beat, and segments with equal content share their stat
 persistent recursion runs first (the old solver: ~0.5 s / ~3 s at n = 128 unit / heterogeneous,
 bench/results/fast_chains_bb.csv); the full class
 is then searched only for something strictly cheaper, a search that is mostly a proof and is
-bounded by ``SolveOptions.time_limit``. Where the limit stops even the persistent recursion,
-``solve`` returns the persistent schedule of least peak (``least_peak_tables``, numpy,
-milliseconds to ~2 s at 384 layers) if it fits, status "timeout"; ``solve`` skips that search where the retention bound
+bounded by ``SolveOptions.time_limit``. The persistent recursion gets all but
+``FALLBACK_SHARE`` of the limit; where it does not finish (heterogeneous chains of more than
+~150 layers), ``solve`` returns the cheaper of two persistent schedules that fits, status
+"timeout": the one of least peak (``least_peak_tables``, numpy: 0.1 s at 192 layers, 0.9 s at
+384) and the recursion's on a budget grid (``_Graded``, numpy, O(n^3) per grid level: 0.8 s
+with 16 levels at 192 layers, 8 s at 384), as many levels as the time left allows; ``solve`` skips that search where the retention bound
 already meets the persistent cost, and gives what is left of the limit to the bound where it
 does not meet the final cost. It is O(n^4) states x budget steps in pure Python:
 seconds at n = 64 and past 30 s at n = 128 (bench/results/fast_notes.md, session 4).
@@ -93,7 +96,7 @@ import math
 import sys
 import time
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -105,6 +108,11 @@ from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
 from remat.solvers.bounds import bound_time, meets, retention_bound
 
 INF = float("inf")
+FALLBACK_SHARE = 0.25
+"""The share of its time limit ``solve`` keeps from the persistent recursion for
+``_fallback``, used only if the recursion does not finish in the rest."""
+GRADED_LEVELS = 16
+"""The first grid of ``_fallback``'s graded DP (doubled while time remains)."""
 _SLACK = 1e-12
 
 
@@ -584,6 +592,83 @@ class _ChainDP:
             todo += [(s, j, e), (j + 1, t, top)]  # the part above first, as in recomputed
 
 
+class _Graded:
+    """The persistent recursion over a grid of budgets (Rotor's discretization), in numpy:
+    ``cost[top][s, t, k]``, the least cost of seg(s, t, top) within ``k * step`` bytes, where
+    every part above a checkpoint gets its budget less the checkpoint's size rounded up to
+    whole steps. So its schedules fit (exactly as ``best`` prices them) and cost at least the
+    persistent optimum; O(n^3 * levels) array work."""
+
+    def __init__(self, dp: _ChainDP, free_mem: float, levels: int):
+        self.dp, self.levels = dp, levels
+        n, fp = dp.n, np.array(dp.fp)
+        step, levels = _grid(dp.mem, free_mem, levels)
+        self.levels = levels
+        budgets = free_mem - step * np.arange(levels, -1, -1)  # the root's budget is on it
+        mem, base = np.array(dp.mem), np.array(dp.base)
+        self.shift = np.ceil(base / step - 1e-9).astype(int)  # base[s] in whole steps
+        above = np.array(dp.grad[1:n + 1])
+        workspace = np.array(dp.fws)
+        self.cost = np.full((2, n, n, levels + 1), INF)
+        self.choice = np.zeros((2, n, n, levels + 1), dtype=np.int32)  # 2 * (j - s) + keep
+        for top in (0, 1):
+            for s in range(n):
+                if dp.store_peak[top][s][s] <= free_mem:
+                    self.cost[top, s, s] = np.where(budgets >= dp.store_peak[top][s][s],
+                                                    dp.store_cost(s, s, top), INF)
+        grid = np.arange(levels + 1)
+        for length in range(1, n):
+            s = np.arange(n - length)
+            t = s + length
+            j = s[:, None] + np.arange(length)
+            pair = mem[j] + workspace[j] + np.where(j > s[:, None], mem[j - 1], 0.0)
+            sweep = np.maximum.accumulate(pair, axis=1) + (base[s] + above[t])[:, None]
+            sweep_cost = fp[j + 1] - fp[s][:, None]
+            lowered = grid[None, :] - self.shift[s][:, None]  # the level of the part above
+            reached = (lowered >= 0)[:, None, :]
+            lowered = np.maximum(lowered, 0)[:, None, :]
+            below = [self.cost[e][s[:, None], j] for e in (0, 1)]  # (segments, choices, levels)
+            keep = below[1] <= below[0]
+            below = np.where(keep, below[1], below[0]) + sweep_cost[:, :, None]
+            rows = np.arange(len(s))[:, None]
+            for top in (0, 1):
+                fits = reached & ((sweep + (mem[t] * top)[:, None])[:, :, None] <= budgets)
+                upper = self.cost[top][(j + 1)[:, :, None], t[:, None, None], lowered]
+                total = np.where(fits, upper, INF) + below
+                pick = total.argmin(axis=1)  # (segments, levels)
+                self.cost[top][s, t] = total[rows, pick, grid]
+                self.choice[top][s, t] = 2 * pick + keep[rows, pick, grid]
+
+    @property
+    def feasible(self) -> bool:
+        return self.cost[0][0, self.dp.n - 1, self.levels] < INF
+
+    def ops(self, ops: list) -> None:
+        """Append the (stage, node) forward computations of the root's schedule."""
+        todo = [(0, self.dp.n - 1, 0, self.levels)]
+        while todo:
+            s, t, top, k = todo.pop()
+            if s == t:
+                self.dp._sweep_ops(t, s, t - top, ops)
+                continue
+            j, e = divmod(int(self.choice[top][s, t, k]), 2)
+            j += s
+            self.dp._sweep_ops(t, s, j, ops)
+            todo += [(s, j, e, k), (j + 1, t, top, k - self.shift[s])]
+
+
+def _grid(sizes, free_mem: float, levels: int) -> tuple[float, int]:
+    """(step, number of steps) of ``_Graded``'s budget grid: the greatest common divisor of
+    whole-byte ``sizes`` where at most ``levels`` of it fit in ``free_mem`` (then no
+    checkpoint's size is rounded up: exact), else ``levels`` equal steps."""
+    whole = [int(v) for v in sizes if v > 0 and float(v).is_integer()]
+    if whole and len(whole) == sum(v > 0 for v in sizes):
+        divisor = math.gcd(*whole)
+        if free_mem // divisor <= levels:
+            return float(divisor), max(int(free_mem // divisor), 0)
+    return free_mem / levels, levels
+
+
 def _lexically_less(peak_a, cost_a, peak_b, cost_b):
     """Where (peak_a, cost_a) < (peak_b, cost_b), peaks compared first."""
     return (peak_a < peak_b) | ((peak_a == peak_b) & (cost_a < cost_b))
@@ -867,9 +952,9 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     chain = chain_of(graph)
     free_mem = float(budget) - graph.static_mem
     try:
-        cost, dp = persistent_cost(chain, free_mem, deadline)
+        cost, dp = persistent_cost(chain, free_mem, _before(start, deadline, FALLBACK_SHARE))
     except _OutOfTime:
-        return _least_peak(graph, chain, budget, start)
+        return _fallback(graph, chain, budget, start, deadline)
     known = None
     if cost < INF:  # where the retention bound meets it, nothing is cheaper: no search
         known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads,
@@ -901,17 +986,44 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     return sol
 
 
-def _least_peak(graph: RematGraph, chain: Chain, budget: float, start: float) -> Solution:
+def _before(start: float, deadline: float | None, reserve: float) -> float | None:
+    """The deadline that leaves ``reserve`` of the time from ``start`` to ``deadline``."""
+    return None if deadline is None else deadline - reserve * (deadline - start)
+
+
+def _fallback(graph: RematGraph, chain: Chain, budget: float, start: float,
+              deadline: float) -> Solution:
     """What ``solve`` returns when its time ran out before the persistent recursion finished:
-    the least-peak persistent schedule (``least_peak_tables``, milliseconds) if it fits, with
-    status "timeout" and the trivial bound (every node once); else no schedule."""
-    ops: list[tuple[int, int]] = []
-    _ChainDP(chain, extended=False).least_peak_ops(ops)
-    R, S = _r_s(graph, ops)
-    sol = Solution.from_schedule(graph, R, S, "chain-dp", "timeout", budget,
-                                 lower_bound=graph.total_cost,
-                                 solve_time=time.perf_counter() - start, least_peak=True)
-    if sol.peak_memory > budget:
+    the cheapest that fits of the least-peak persistent schedule (``least_peak_tables``) and
+    ``_Graded``'s on grids of ``GRADED_LEVELS``, twice as many, ... levels (while the last
+    run, taken 2.2 times, still ends before ``deadline``), status "timeout" with the trivial
+    bound (every node once); no schedule if none fits."""
+    free_mem = float(budget) - graph.static_mem
+    dp = _ChainDP(chain, extended=False)
+    began = time.perf_counter()
+    found = _fitting(graph, budget, dp.least_peak_ops, "least-peak")
+    took = (time.perf_counter() - began) * GRADED_LEVELS / 2  # the first grid: ~8 times
+    levels = GRADED_LEVELS
+    while free_mem > 0 and time.perf_counter() + 2.2 * took < deadline:
+        began = time.perf_counter()
+        graded = _Graded(dp, free_mem, levels)
+        if graded.feasible:
+            found += _fitting(graph, budget, graded.ops, f"graded-{graded.levels}")
+        took = time.perf_counter() - began
+        if graded.levels < levels:  # an exact grid (``_grid``): more levels change nothing
+            break
+        levels *= 2
+    if not found:
         return Solution.infeasible(graph, "chain-dp", budget, None, reason=NO_SCHEDULE_YET,
                                    solve_time=time.perf_counter() - start)
-    return sol
+    best = min(found, key=lambda sol: (sol.compute_cost, sol.peak_memory))
+    return replace(best, solve_time=time.perf_counter() - start)
+
+
+def _fitting(graph: RematGraph, budget: float, fill, name: str) -> list[Solution]:
+    """[the schedule whose forward recomputations ``fill`` lists], or [] if it does not fit."""
+    ops: list[tuple[int, int]] = []
+    fill(ops)
+    sol = Solution.from_schedule(graph, *_r_s(graph, ops), "chain-dp", "timeout", budget,
+                                 fallback=name)
+    return [sol] if sol.peak_memory <= budget else []
