@@ -112,7 +112,9 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     feasible = [r for r in results if r.feasible]
     elapsed = time.perf_counter() - start
     bound = _bound(known, results)
-    min_budget = min((r.min_budget for r in results if r.min_budget is not None), default=None)
+    # the least budget some method met or says it can meet (never above a schedule found)
+    reached = [r.min_budget for r in results if r.min_budget is not None]
+    min_budget = min(reached + [r.peak_memory for r in feasible], default=None)
     if not feasible:
         return Solution.infeasible(graph, "auto", budget, min_budget, solve_time=elapsed,
                                    tried=[r.method for r in results])

@@ -40,6 +40,7 @@ from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions
 from remat.solvers.bounds import (bound_time, gaps, meets, peak_lower_bound, retained,
                                   retention_bound, runs, stage_room)
+from remat.solvers.descent import descend
 
 ROUNDS = 3
 """Weight updates (rebuild costs from the previous K); more rarely helped (measured)."""
@@ -72,7 +73,12 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         weights = plan.rebuild_costs(kept)
     until = deadline or time.perf_counter() + GROW_SECONDS
     start = _from_bound(plan, budget, known.kept, until)
-    if best is not None and not _proven(start, known.value) and not _proven(best, known.value):
+    descended = best is None and start is None and budget >= peak_lower_bound(graph)
+    if descended:  # no choice of gaps fits: lower the peak of the lowest schedule tried
+        best = _descended(plan, budget, until)
+    if best is not None and descended:
+        best = _hold(plan, budget, best, until)
+    elif best is not None and not _proven(start, known.value) and not _proven(best, known.value):
         now = time.perf_counter()
         best = _grow(plan, budget, best, weights, now + GROW_SHARE * max(0.0, until - now))
         if not _proven(best, known.value):
@@ -81,7 +87,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     if best is not None and not _proven(best, known.value):
         best = _search(plan, budget, best, until, options.seed, options.threads, known.value)
     if best is None:  # min_budget: the least peak this method reaches
-        least = _least_peak(plan, budget, least, until, options.threads)
+        least = _least_peak(plan, budget, min(least, plan.lowest[0]), until, options.threads)
         return Solution.infeasible(graph, "retention", budget, least,
                                    solve_time=time.perf_counter() - began, tries=tries)
     elapsed = time.perf_counter() - began
@@ -139,6 +145,20 @@ def _least_peak(plan: "Plan", budget: float, least: float, deadline: float,
     if not math.isfinite(least):
         least = simulate(graph, *plan.schedule(set())).peak_memory
     return least
+
+
+def _descended(plan: "Plan", budget: float, deadline: float) -> tuple | None:
+    """The lowest-peak schedule tried, its peak lowered by ``descent.descend`` until it fits
+    (None if it does not get there). fcn_resnet50 at module level, 40%: from 19.03 to 16.34
+    MiB (budget 16.56) in 18 s; no gap choice fits there."""
+    if not math.isfinite(plan.lowest[0]):
+        return None
+    point = descend(plan.graph, plan.lowest[1], budget, deadline)
+    plan.work += 1
+    plan.lowest = min(plan.lowest, (point.sim.peak_memory, point.S), key=lambda low: low[0])
+    if not point.fits(budget):
+        return None
+    return point.sim.compute_cost, point.R, point.S, set()
 
 
 def _proven(found: tuple | None, bound: float) -> bool:
@@ -301,6 +321,7 @@ class Plan:
         self.graph = graph
         self.gaps = gaps(graph)
         self.work = 0  # schedules priced and knapsacks solved: what ``_search`` shares out
+        self.lowest: tuple[float, np.ndarray | None] = (math.inf, None)  # peak, S of the lowest
         self.whole = np.zeros((graph.size, graph.size), dtype=bool)
         for v in range(graph.size):
             if graph.users[v]:
@@ -333,6 +354,8 @@ class Plan:
         None; the simulation)."""
         R, S = self.schedule(kept)
         sim = self.price(R, S)
+        if sim.peak_memory < self.lowest[0]:
+            self.lowest = (sim.peak_memory, S)
         return ((sim.compute_cost, R, S, kept) if sim.peak_memory <= budget else None), sim
 
     def rebuild_costs(self, kept: set[int]) -> np.ndarray:

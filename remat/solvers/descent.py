@@ -1,0 +1,150 @@
+"""Peak descent: lower a schedule's peak until it fits a budget, cost aside.
+
+``retention`` builds its schedules from kept gaps: a dropped value is computed again, with
+its missing ancestors, in the stage that reads it. Within a stage nodes run in index order,
+so such a rebuild can hold more at once than any single node needs: fcn_resnet50 at module
+level rebuilds its bilinear head (four 2.625 MiB gathers, all computed before the first
+subtraction reads two of them) and no gap choice fits 40% of its range. This local search
+works on S itself, at the stages over the budget, with three moves on a value live at the
+stage's peak:
+
+- drop: free a resident value from this stage until the next stage that reads it (which
+  then computes it again);
+- hoist: compute a value the stage rebuilds one stage earlier and keep it into this one
+  (spreading a rebuild over several stages);
+- hold: keep a value the stage rebuilds from its previous computation instead.
+
+Each step takes the move that lowers (peak, total overshoot of the budget) most; when none
+does, a pair of moves (any first move at the worst stage, then the best one at the stages
+over the budget after it). Every schedule is ``tighten``-ed and priced by the simulator.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import numpy as np
+
+from remat.graph.core import RematGraph
+from remat.schedule.rs import tighten
+from remat.schedule.simulate import Simulation, simulate
+
+STAGES = 4
+"""Stages over the budget, worst first, whose moves one step tries."""
+
+
+class Point:
+    """A schedule (``tighten``-ed R, S), its simulation and its score: (peak, the sum over
+    stages of how far each goes over ``budget``), lower is better."""
+
+    def __init__(self, graph: RematGraph, S: np.ndarray, budget: float):
+        self.R, self.S = tighten(graph, S)
+        self.sim: Simulation = simulate(graph, self.R, self.S)
+        self.peaks = self.sim.stage_peaks(graph.size)
+        over = np.maximum(self.peaks - budget, 0.0).sum()
+        self.score = (self.sim.peak_memory, float(over))
+
+    def fits(self, budget: float) -> bool:
+        return self.sim.peak_memory <= budget
+
+    def worst(self, budget: float, count: int) -> list[int]:
+        """Up to ``count`` stages over ``budget``, highest peak first."""
+        order = np.argsort(-self.peaks, kind="stable")[:count]
+        return [int(t) for t in order if self.peaks[t] > budget]
+
+
+def descend(graph: RematGraph, S: np.ndarray, budget: float,
+            deadline: float | None) -> Point:
+    """Lower the peak of schedule ``S`` until it fits ``budget``, no step lowers it, or
+    ``deadline`` (a ``time.perf_counter()`` value) passes; returns the last schedule."""
+    point = Point(graph, S, budget)
+    while not point.fits(budget) and not _past(deadline):
+        step = _best_step(graph, point, budget, point.worst(budget, STAGES), deadline)
+        if step is None:
+            step = _best_pair(graph, point, budget, deadline)
+        if step is None:
+            break
+        point = step
+    return point
+
+
+def _best_step(graph: RematGraph, point: Point, budget: float, stages: list[int],
+               deadline: float | None, beat: tuple | None = None) -> Point | None:
+    """The best schedule one move at ``stages`` reaches, if it scores below ``beat``
+    (default: ``point``'s score)."""
+    best, beat = None, point.score if beat is None else beat
+    for t in stages:
+        for S in _moves(graph, point, t):
+            if _past(deadline):
+                return best
+            found = Point(graph, S, budget)
+            if found.score < beat:
+                best, beat = found, found.score
+    return best
+
+
+def _best_pair(graph: RematGraph, point: Point, budget: float,
+               deadline: float | None) -> Point | None:
+    """Two moves: any at the worst stage, then the best at the worst stages after it; the
+    best pair that scores below ``point``."""
+    best, beat = None, point.score
+    for S in _moves(graph, point, point.worst(budget, 1)[0]):
+        if _past(deadline):
+            break
+        first = Point(graph, S, budget)
+        found = _best_step(graph, first, budget, first.worst(budget, STAGES), deadline, beat)
+        if found is not None:
+            best, beat = found, found.score
+    return best
+
+
+def _moves(graph: RematGraph, point: Point, t: int) -> Iterator[np.ndarray]:
+    """The S of each drop, hoist and hold move at stage ``t`` (module docstring) on the
+    values live at that stage's peak."""
+    R, S = point.R, point.S
+    for v in _live_at_peak(point.sim, t):
+        if S[t, v]:
+            yield _drop(graph, R, S, t, v)
+        elif R[t, v] and v != t:
+            if t > 0 and not R[t - 1, v] and not S[t - 1, v]:
+                hoisted = S.copy()
+                hoisted[t, v] = True
+                yield hoisted
+            earlier = np.flatnonzero(R[:t, v])
+            if earlier.size:
+                held = S.copy()
+                held[earlier[-1] + 1:t + 1, v] = True
+                yield held
+
+
+def _drop(graph: RematGraph, R: np.ndarray, S: np.ndarray, t: int, v: int) -> np.ndarray:
+    """S with ``v`` freed from stage ``t`` up to and including the next stage that reads it."""
+    dropped = S.copy()
+    for u in range(t, graph.size):
+        if not dropped[u, v]:
+            break
+        dropped[u, v] = False
+        if any(v in graph.deps[k] for k in np.flatnonzero(R[u])):
+            break
+    return dropped
+
+
+def _live_at_peak(sim: Simulation, stage: int) -> list[int]:
+    """The values in memory when stage ``stage`` peaks (the output being computed too)."""
+    live: set[int] = set()
+    at_peak: set[int] = set()
+    high = -np.inf
+    for event in sim.timeline:
+        if event.stage > stage:
+            break
+        if event.action == "compute":
+            live.add(event.node)
+            if event.stage == stage and event.memory > high:
+                high, at_peak = event.memory, set(live)
+        else:
+            live.discard(event.node)
+    return sorted(at_peak)
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() > deadline

@@ -1,0 +1,69 @@
+"""Peak descent (remat/solvers/descent.py) and retention where no choice of gaps fits."""
+from __future__ import annotations
+
+import time
+
+import remat
+from remat.schedule import simulate
+from remat.solvers.base import SolveOptions, solver
+from remat.solvers.bounds import peak_lower_bound
+from remat.solvers.descent import descend
+from remat.solvers.retention import Plan, _fit
+
+
+def bilinear_head():
+    """fcn_resnet50's bilinear upsampling head in miniature: four gathers g0..g3 of the small
+    input x (10 B each) all run before s3 reads g0 and g1, so a stage that rebuilds the head
+    holds five 10 B values; the backward chain v..n2 holds five 10 B values at n2 unless m6
+    (read again by z) is rebuilt later, which rebuilds the head."""
+    spec = [  # name, cost, bytes, inputs, backward
+        ("x", 5, 1, [], False),
+        ("g0", 1, 10, ["x"], False), ("g1", 1, 10, ["x"], False),
+        ("g2", 1, 10, ["x"], False), ("g3", 1, 10, ["x"], False),
+        ("s3", 2, 10, ["g0", "g1"], False), ("s4", 4, 10, ["g2", "g3", "s3"], False),
+        ("loss", 1, 0, ["s4"], False),
+        ("v", 2, 10, ["s4", "loss"], True), ("m5", 1, 10, ["v"], True),
+        ("n", 2, 10, ["v", "m5"], True), ("m6", 1, 10, ["m5"], True),
+        ("n1", 2, 10, ["m5", "m6"], True), ("m7", 1, 10, ["n"], True),
+        ("n2", 2, 10, ["n", "m7"], True), ("z1", 1, 1, ["n1"], True),
+        ("z2", 1, 1, ["m7"], True), ("z3", 1, 1, ["n2"], True),
+        ("z", 2, 1, ["m6", "z1", "z2", "z3"], True), ("bx", 5, 1, ["z", "x"], True),
+    ]
+    names = [s[0] for s in spec]
+    return remat.RematGraph(names, [s[1] for s in spec], [s[2] for s in spec],
+                            [[names.index(d) for d in s[3]] for s in spec],
+                            [s[4] for s in spec])
+
+
+def test_descent_fits_where_no_choice_of_gaps_does():
+    """At 42 B (milp's optimum there: 44) retention's knapsack finds no schedule that fits
+    (the lowest it tries peaks at 53 B); the descent from that one fits, and its schedule is
+    valid by the simulator."""
+    graph, budget = bilinear_head(), 42.0
+    plan = Plan(graph)
+    found, _, _, _ = _fit(plan, budget, plan.own_costs(), None, None)
+    assert found is None and plan.lowest[0] > budget
+    point = descend(graph, plan.lowest[1], budget, time.perf_counter() + 30)
+    assert point.fits(budget)
+    sim = simulate(graph, point.R, point.S)
+    assert sim.peak_memory == point.sim.peak_memory <= budget
+    assert sim.compute_cost >= 44  # milp's proven optimum at 42 B
+
+
+def test_descent_stops_where_it_cannot_fit():
+    """Below the least possible peak (``peak_lower_bound``: s4 with its three operands, 40 B)
+    no schedule fits; the descent stops with its last schedule, over the budget."""
+    graph = bilinear_head()
+    plan = Plan(graph)
+    _fit(plan, 45.0, plan.own_costs(), None, None)
+    point = descend(graph, plan.lowest[1], 30.0, time.perf_counter() + 30)
+    assert not point.fits(30.0) and point.sim.peak_memory >= peak_lower_bound(graph) == 40
+
+
+def test_retention_schedules_the_head_through_the_descent():
+    """retention at 42 B: a schedule (was "infeasible"), within the budget, no cheaper than
+    milp's optimum, with a bound no higher than it."""
+    graph = bilinear_head()
+    sol = solver("retention")(graph, 42.0, SolveOptions(time_limit=5))
+    assert sol.feasible and sol.peak_memory <= 42.0
+    assert sol.lower_bound <= 44 <= sol.compute_cost
