@@ -67,3 +67,12 @@ def test_retention_schedules_the_head_through_the_descent():
     sol = solver("retention")(graph, 42.0, SolveOptions(time_limit=5))
     assert sol.feasible and sol.peak_memory <= 42.0
     assert sol.lower_bound <= 44 <= sol.compute_cost
+
+
+def test_auto_min_budget_is_never_above_its_schedule():
+    """auto reports the least budget a method met or says it can meet: never above the peak
+    of the schedule it returns (it said 50 B, the least the baselines reach, for a 42 B one)."""
+    graph = bilinear_head()
+    sol = solver("auto")(graph, 42.0, SolveOptions(time_limit=10))
+    assert sol.feasible and sol.min_budget is not None
+    assert sol.min_budget <= sol.peak_memory <= 42.0
