@@ -76,3 +76,18 @@ def test_auto_min_budget_is_never_above_its_schedule():
     sol = solver("auto")(graph, 42.0, SolveOptions(time_limit=10))
     assert sol.feasible and sol.min_budget is not None
     assert sol.min_budget <= sol.peak_memory <= 42.0
+
+
+def test_min_budget_reaches_the_floor_through_the_descent():
+    """U-Net at op level: the best baseline peaks at 5.334 MiB; the descent takes it to
+    ``peak_lower_bound`` (5.128 MiB), so min_budget is proven at once, without the MILP."""
+    from test_bounds import _graph_file
+
+    from remat.solvers.min_budget import min_budget, smallest_baseline
+
+    graph = _graph_file("unet-op")
+    floor = peak_lower_bound(graph)
+    assert smallest_baseline(graph)[0] > floor
+    found = min_budget(graph, SolveOptions(time_limit=20))
+    assert found.status == "optimal" and found.peak_memory == found.lower_bound == floor
+    assert simulate(graph, found.R, found.S).peak_memory == floor
