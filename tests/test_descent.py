@@ -48,6 +48,8 @@ def test_descent_fits_where_no_choice_of_gaps_does():
     sim = simulate(graph, point.R, point.S)
     assert sim.peak_memory == point.sim.peak_memory <= budget
     assert sim.compute_cost >= 44  # milp's proven optimum at 42 B
+    cheap = descend(graph, plan.lowest[1], budget, time.perf_counter() + 30, cheap=True)
+    assert cheap.fits(budget) and cheap.sim.compute_cost >= 44
 
 
 def test_descent_stops_where_it_cannot_fit():

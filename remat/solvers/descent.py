@@ -14,9 +14,10 @@ stage's peak:
   (spreading a rebuild over several stages);
 - hold: keep a value the stage rebuilds from its previous computation instead.
 
-Each step takes the move that lowers (peak, total overshoot of the budget) most; when none
-does, a pair of moves (any first move at the worst stage, then the best one at the stages
-over the budget after it). Every schedule is ``tighten``-ed and priced by the simulator.
+Each step takes the move that lowers (peak, total overshoot of the budget) most, or (for
+retention, ``cheap``) the one that adds the least cost per byte of overshoot removed; where no
+single move helps, the best pair (any first move at the worst stage, then the best after it).
+Every schedule is ``tighten``-ed and priced by the simulator.
 """
 from __future__ import annotations
 
@@ -53,48 +54,68 @@ class Point:
         return [int(t) for t in order if self.peaks[t] > budget]
 
 
-def descend(graph: RematGraph, S: np.ndarray, budget: float,
-            deadline: float | None) -> Point:
-    """Lower the peak of schedule ``S`` until it fits ``budget``, no step lowers it, or
-    ``deadline`` (a ``time.perf_counter()`` value) passes; returns the last schedule."""
+def descend(graph: RematGraph, S: np.ndarray, budget: float, deadline: float | None,
+            cheap: bool = False) -> Point:
+    """Lower the peak of schedule ``S`` until it fits ``budget``, no step helps, or
+    ``deadline`` (a ``time.perf_counter()`` value) passes; returns the last schedule. Each
+    step takes the move that lowers the score most; with ``cheap``, the one that adds the
+    least cost per byte of overshoot it removes (retention: fcn_resnet50 at module level,
+    60%, from the bound's schedule: 1.0180 of the total after the hold pass, 1.0240 by
+    score; 40%: 1.1656 against 1.1804)."""
+    rank = _by_cost if cheap else _by_score
     point = Point(graph, S, budget)
     while not point.fits(budget) and not _past(deadline):
-        step = _best_step(graph, point, budget, point.worst(budget, STAGES), deadline)
+        step = _best_step(graph, point, point, budget, rank, deadline)
         if step is None:
-            step = _best_pair(graph, point, budget, deadline)
+            step = _best_pair(graph, point, budget, rank, deadline)
         if step is None:
             break
         point = step
     return point
 
 
-def _best_step(graph: RematGraph, point: Point, budget: float, stages: list[int],
-               deadline: float | None, beat: tuple | None = None) -> Point | None:
-    """The best schedule one move at ``stages`` reaches, if it scores below ``beat``
-    (default: ``point``'s score)."""
-    best, beat = None, point.score if beat is None else beat
-    for t in stages:
+def _by_score(base: Point, found: Point):
+    """Lower (peak, overshoot) first; None where ``found`` does not score below ``base``."""
+    return found.score if found.score < base.score else None
+
+
+def _by_cost(base: Point, found: Point):
+    """The cost ``found`` adds per byte of overshoot it removes; None where it removes none."""
+    removed = base.score[1] - found.score[1]
+    if removed <= 0:
+        return None
+    return max(found.sim.compute_cost - base.sim.compute_cost, 0.0) / removed
+
+
+def _best_step(graph: RematGraph, base: Point, point: Point, budget: float, rank,
+               deadline: float | None) -> Point | None:
+    """The best schedule (least ``rank`` against ``base``) that one move of ``point``, at
+    its stages over the budget (worst first, ``STAGES`` of them), reaches; None if none
+    ranks."""
+    best, least = None, None
+    for t in point.worst(budget, STAGES):
         for S in _moves(graph, point, t):
             if _past(deadline):
                 return best
             found = Point(graph, S, budget)
-            if found.score < beat:
-                best, beat = found, found.score
+            key = rank(base, found)
+            if key is not None and (least is None or key < least):
+                best, least = found, key
     return best
 
 
-def _best_pair(graph: RematGraph, point: Point, budget: float,
+def _best_pair(graph: RematGraph, point: Point, budget: float, rank,
                deadline: float | None) -> Point | None:
-    """Two moves: any at the worst stage, then the best at the worst stages after it; the
-    best pair that scores below ``point``."""
-    best, beat = None, point.score
+    """Two moves: any at the worst stage, then the best (``_best_step``) after it; the best
+    pair, ranked against ``point``."""
+    best, least = None, None
     for S in _moves(graph, point, point.worst(budget, 1)[0]):
         if _past(deadline):
             break
-        first = Point(graph, S, budget)
-        found = _best_step(graph, first, budget, first.worst(budget, STAGES), deadline, beat)
-        if found is not None:
-            best, beat = found, found.score
+        found = _best_step(graph, point, Point(graph, S, budget), budget, rank, deadline)
+        key = None if found is None else rank(point, found)
+        if key is not None and (least is None or key < least):
+            best, least = found, key
     return best
 
 

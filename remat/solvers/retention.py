@@ -27,8 +27,10 @@ reports the retention bound as its ``lower_bound``, status "optimal" where it me
 
 Where no choice of gaps fits (a rebuild in one stage holds more at once than the budget
 allows), the lowest-peak schedule tried is lowered by ``remat.solvers.descent`` until it fits,
-then the hold pass and the search take its cost down (fcn_resnet50 at module level, 40%: no
-schedule before; 1.1706 of the total now, bound 1.1506, in 30 s).
+then the hold pass and the search take its cost down; so is the bound's own schedule where it
+goes over the budget (``_from_bound``). fcn_resnet50 at module level, 40%: no schedule before,
+1.1656 of the total now (bound 1.1506); 60%: 1.0418 before, 1.0180 now (bound 1.0094); 30 s
+each.
 """
 from __future__ import annotations
 
@@ -153,12 +155,11 @@ def _least_peak(plan: "Plan", budget: float, least: float, deadline: float,
 
 
 def _descended(plan: "Plan", budget: float, deadline: float) -> tuple | None:
-    """The lowest-peak schedule tried, its peak lowered by ``descent.descend`` until it fits
-    (None if it does not get there). fcn_resnet50 at module level, 40%: from 19.03 to 16.34
-    MiB (budget 16.56) in 18 s; no gap choice fits there."""
+    """The lowest-peak schedule tried, its peak lowered by ``descent.descend`` (cost-aware)
+    until it fits; None if it does not get there."""
     if not math.isfinite(plan.lowest[0]):
         return None
-    point = descend(plan.graph, plan.lowest[1], budget, deadline)
+    point = descend(plan.graph, plan.lowest[1], budget, deadline, cheap=True)
     plan.work += 1
     plan.lowest = min(plan.lowest, (point.sim.peak_memory, point.S), key=lambda low: low[0])
     if not point.fits(budget):
@@ -180,16 +181,17 @@ def _from_bound(plan: "Plan", budget: float, kept: frozenset[int] | None,
     values whose inputs stay alive anyway), then the hold pass; None if it does not fit. On
     the tiny U-Net at op level, 80%, it reaches the bound, 1.0013 of the total, where the
     knapsack with rebuild-cost weights led to 1.0165. Where it goes over the budget, its peak
-    is lowered first (``descent.descend``, at most ``GROW_SHARE`` of the time left):
-    fcn_resnet50 at module level, 60%, from 24.9 MiB (budget 22.2) to a schedule of 1.0451
-    of the total in 1.3 s, 1.0240 after the hold pass (retention's best otherwise: 1.0418)."""
+    is lowered first (``descent.descend``, cost-aware, at most ``GROW_SHARE`` of the time
+    left): fcn_resnet50 at module level, 60%, from 24.9 MiB (budget 22.2) to a schedule of
+    1.0371 of the total in 2.5 s, 1.0180 after the hold pass (retention's best before:
+    1.0418; bound 1.0094)."""
     if kept is None:
         return None
     found, _ = plan.attempt(set(kept), budget)
     if found is None and budget >= peak_lower_bound(plan.graph):
         now = time.perf_counter()
         point = descend(plan.graph, plan.schedule(set(kept))[1], budget,
-                        now + GROW_SHARE * max(0.0, deadline - now))
+                        now + GROW_SHARE * max(0.0, deadline - now), cheap=True)
         plan.work += 1
         if point.fits(budget):
             found = point.sim.compute_cost, point.R, point.S, set(kept)
