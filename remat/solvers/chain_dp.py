@@ -78,9 +78,11 @@ is then searched only for something strictly cheaper, a search that is mostly a 
 bounded by ``SolveOptions.time_limit``. The persistent recursion gets all but
 ``FALLBACK_SHARE`` of the limit; where it does not finish (heterogeneous chains of more than
 ~150 layers), ``solve`` returns the cheaper of two persistent schedules that fits, status
-"timeout": the one of least peak (``least_peak_tables``, numpy: 0.1 s at 192 layers, 0.9 s at
-384) and the recursion's on a budget grid (``_Graded``, numpy, O(n^3) per grid level: 0.8 s
-with 16 levels at 192 layers, 8 s at 384), as many levels as the time left allows; ``solve`` skips that search where the retention bound
+"timeout": the one of least peak (``least_peak_tables``, numpy: 0.1 s at 192 layers, 0.9 s
+at 384) and the recursion's on a budget grid (``_Graded``, numpy, O(n^3) per grid level:
+0.5-0.8 s with 16 levels at 192 layers, 5-8 s at 384), on as many levels as the time left
+allows (heterogeneous linear(192) at its least peak: 1.33 of the total cost, the least-peak
+schedule 1.90). ``solve`` skips the search of the full class where the retention bound
 already meets the persistent cost, and gives what is left of the limit to the bound where it
 does not meet the final cost. It is O(n^4) states x budget steps in pure Python:
 seconds at n = 64 and past 30 s at n = 128 (bench/results/fast_notes.md, session 4).
@@ -600,10 +602,9 @@ class _Graded:
     persistent optimum; O(n^3 * levels) array work."""
 
     def __init__(self, dp: _ChainDP, free_mem: float, levels: int):
+        step, levels = _grid(dp.mem, free_mem, levels)
         self.dp, self.levels = dp, levels
         n, fp = dp.n, np.array(dp.fp)
-        step, levels = _grid(dp.mem, free_mem, levels)
-        self.levels = levels
         budgets = free_mem - step * np.arange(levels, -1, -1)  # the root's budget is on it
         mem, base = np.array(dp.mem), np.array(dp.base)
         self.shift = np.ceil(base / step - 1e-9).astype(int)  # base[s] in whole steps

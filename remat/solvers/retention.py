@@ -160,7 +160,6 @@ def _descended(plan: "Plan", budget: float, deadline: float) -> tuple | None:
     if not math.isfinite(plan.lowest[0]):
         return None
     point = descend(plan.graph, plan.lowest[1], budget, deadline, cheap=True)
-    plan.work += 1
     plan.lowest = min(plan.lowest, (point.sim.peak_memory, point.S), key=lambda low: low[0])
     if not point.fits(budget):
         return None
@@ -192,7 +191,6 @@ def _from_bound(plan: "Plan", budget: float, kept: frozenset[int] | None,
         now = time.perf_counter()
         point = descend(plan.graph, plan.schedule(set(kept))[1], budget,
                         now + GROW_SHARE * max(0.0, deadline - now), cheap=True)
-        plan.work += 1
         if point.fits(budget):
             found = point.sim.compute_cost, point.R, point.S, set(kept)
     return None if found is None else _hold(plan, budget, found, deadline)
