@@ -364,8 +364,8 @@ def test_least_peak_schedule_reaches_the_persistent_least_peak(n):
 
 def test_fallback_takes_the_cheaper_graded_schedule_given_time():
     """Given time, the fallback runs the graded DP and returns it where it beats the
-    least-peak schedule (heterogeneous linear(64) at its least peak: 1.72 vs 1.38 of the
-    total measured)."""
+    least-peak schedule (heterogeneous linear(64) at its least peak: 1.72 of the total
+    against 1.38 with 64 levels and 1.28 with 128, measured)."""
     import time
 
     from remat.solvers.chain_dp import _ChainDP, _fallback, _fitting
