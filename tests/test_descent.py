@@ -41,7 +41,7 @@ def test_descent_fits_where_no_choice_of_gaps_does():
     valid by the simulator."""
     graph, budget = bilinear_head(), 42.0
     plan = Plan(graph)
-    found, _, _, _ = _fit(plan, budget, plan.own_costs(), None, None)
+    found, _, _ = _fit(plan, budget, plan.own_costs(), None, None)
     assert found is None and plan.lowest[0] > budget
     point = descend(graph, plan.lowest[1], budget, time.perf_counter() + 30)
     assert point.fits(budget)

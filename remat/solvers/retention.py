@@ -69,10 +69,10 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     deadline = None if options.time_limit is None else began + options.time_limit
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
     plan = Plan(graph)
-    best, weights, tries, least = None, plan.own_costs(), 0, math.inf
+    best, weights, tries = None, plan.own_costs(), 0
     for _ in range(ROUNDS):
-        found, kept, count, low = _fit(plan, budget, weights, deadline, options.threads)
-        tries, least = tries + count, min(least, low)
+        found, kept, count = _fit(plan, budget, weights, deadline, options.threads)
+        tries += count
         if found is not None and (best is None or found[0] < best[0]):
             best = found
         if kept is None or _past(deadline):
@@ -94,7 +94,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     if best is not None and not _proven(best, known.value):
         best = _search(plan, budget, best, until, options.seed, options.threads, known.value)
     if best is None:  # min_budget: the least peak this method reaches
-        least = _least_peak(plan, budget, min(least, plan.lowest[0]), until, options.threads)
+        least = _least_peak(plan, budget, until, options.threads)
         return Solution.infeasible(graph, "retention", budget, least,
                                    solve_time=time.perf_counter() - began, tries=tries)
     elapsed = time.perf_counter() - began
@@ -107,12 +107,12 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
 def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
     """The first schedule that fits: the knapsack's room is cut by each stage's overshoot
     (``REPAIRS`` times), then scaled down as a whole. Returns ((cost, R, S, kept) or None, the
-    kept gaps of the last try, number of tries, least peak seen)."""
+    kept gaps of the last try, number of tries); ``plan.lowest`` keeps the least peak seen."""
     graph = plan.graph
     full = stage_room(graph, budget)
     floor = full.min()  # the room every stage has at the smallest possible budget
     rooms = [full] * REPAIRS + [floor + scale * (full - floor) for scale in SCALES[1:]]
-    kept, tries, least, cut = None, 0, math.inf, np.zeros(graph.size)
+    kept, tries, cut = None, 0, np.zeros(graph.size)
     for attempt, room in enumerate(rooms):
         if _past(deadline) and tries:
             break
@@ -124,31 +124,28 @@ def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
             continue
         tries += 1
         found, sim = plan.attempt(kept, budget)
-        least = min(least, sim.peak_memory)
         if found is not None:
-            return found, kept, tries, least
+            return found, kept, tries
         cut += np.maximum(sim.stage_peaks(graph.size) - budget, 0.0)
-    return None, kept, tries, least
+    return None, kept, tries
 
 
-def _least_peak(plan: "Plan", budget: float, least: float, deadline: float,
-                threads) -> float:
-    """The least peak of the schedules tried, for ``min_budget``. Below ``peak_lower_bound``
-    no knapsack was tried (no schedule of the graph fits): budgets from that bound up to
-    checkpoint-all's peak (``LEAST_STEPS`` steps) are tried until one fits, and their least
-    peak says what this method can meet (keeping nothing peaks higher: gpt2 at module level,
-    8.03 MiB, 84% of the way to checkpoint-all's peak, against 3.84 MiB so); keep nothing at
-    worst. ``deadline``: the caller's (``GROW_SECONDS`` from its start without a limit)."""
+def _least_peak(plan: "Plan", budget: float, deadline: float, threads) -> float:
+    """The least peak of the schedules tried (``plan.lowest``), for ``min_budget``. Below
+    ``peak_lower_bound`` no knapsack was tried (no schedule of the graph fits): budgets from
+    that bound up to checkpoint-all's peak (``LEAST_STEPS`` steps) are tried until one fits,
+    and their least peak says what this method can meet (keeping nothing peaks higher: gpt2
+    at module level, 8.03 MiB, 84% of the way to checkpoint-all's peak, against 3.84 MiB so);
+    keep nothing at worst. ``deadline``: the caller's (``GROW_SECONDS`` from its start without a limit)."""
     graph = plan.graph
     floor, top = peak_lower_bound(graph), checkpoint_all_peak(graph)
     for step in range(LEAST_STEPS + 1 if budget < floor else 0):
         if _past(deadline):
             break
         trial = floor + step / LEAST_STEPS * (top - floor)
-        found, _, _, low = _fit(plan, trial, plan.own_costs(), deadline, threads)
-        least = min(least, low)
-        if found is not None:
+        if _fit(plan, trial, plan.own_costs(), deadline, threads)[0] is not None:
             break
+    least = plan.lowest[0]
     if not math.isfinite(least):
         least = simulate(graph, *plan.schedule(set())).peak_memory
     return least
@@ -315,7 +312,7 @@ def _restart(plan: "Plan", budget: float, rng, deadline: float, threads):
     """The knapsack with each gap's weight scaled by a random factor (log-normal), then both
     hill-climbing passes; None if nothing fits."""
     weights = plan.own_costs() * rng.lognormal(0.0, 1.0, len(plan.gaps))
-    found, _, _, _ = _fit(plan, budget, weights, deadline, threads)
+    found, _, _ = _fit(plan, budget, weights, deadline, threads)
     if found is None:
         return None
     now = time.perf_counter()
