@@ -93,3 +93,18 @@ def test_min_budget_reaches_the_floor_through_the_descent():
     found = min_budget(graph, SolveOptions(time_limit=20))
     assert found.status == "optimal" and found.peak_memory == found.lower_bound == floor
     assert simulate(graph, found.R, found.S).peak_memory == floor
+
+
+def test_retention_descends_from_checkpoint_all_where_the_lowest_start_sticks():
+    """GPT-2 at module level, 30% (3.75 MB): no choice of gaps fits, and the descent from the
+    lowest-peak schedule tried stops at 3.83 MB; from checkpoint-all's schedule it fits. So
+    retention returns a schedule (it returned "infeasible" with min_budget 3.83 MB, while a
+    3.69 MB schedule exists)."""
+    from test_bounds import _graph_file
+
+    graph = _graph_file("gpt2-module")
+    budget = remat.parse_budget("30%", graph)
+    sol = solver("retention")(graph, budget, SolveOptions(time_limit=8))
+    assert sol.feasible and sol.peak_memory <= budget
+    assert simulate(graph, sol.R, sol.S).peak_memory == sol.peak_memory
+    assert sol.lower_bound <= sol.compute_cost
