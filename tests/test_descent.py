@@ -108,3 +108,20 @@ def test_retention_descends_from_checkpoint_all_where_the_lowest_start_sticks():
     assert sol.feasible and sol.peak_memory <= budget
     assert simulate(graph, sol.R, sol.S).peak_memory == sol.peak_memory
     assert sol.lower_bound <= sol.compute_cost
+
+
+def test_auto_below_the_floor_reports_a_budget_it_can_meet_without_milp():
+    """Below ``peak_lower_bound`` no schedule fits (proven at once): auto does not run milp
+    (whose exact min-peak MILP took the whole limit of each such budget of a sweep), and the
+    least budget it reports is one that retention (auto's method at this size) then meets:
+    there only the last of its descents (by peak, from checkpoint-all's schedule) fits."""
+    from test_bounds import _graph_file
+
+    graph = _graph_file("gpt2-module")
+    budget = remat.parse_budget("20%", graph)
+    assert budget < peak_lower_bound(graph)
+    sol = solver("auto")(graph, budget, SolveOptions(time_limit=20))
+    assert not sol.feasible and sol.details["tried"] == ["min_budget"]
+    assert peak_lower_bound(graph) <= sol.min_budget
+    met = solver("retention")(graph, sol.min_budget, SolveOptions(time_limit=10))
+    assert met.feasible and met.peak_memory <= sol.min_budget

@@ -25,8 +25,9 @@ from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
 from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, method_applies,
                                 solver)
-from remat.solvers.bounds import bound_time, meets, retention_bound
+from remat.solvers.bounds import bound_time, meets, peak_lower_bound, retention_bound
 from remat.solvers.chain_dp import chain_of, distinct_segments
+from remat.solvers.min_budget import min_budget
 
 MILP_MAX_NODES = 80
 """milp proves optimality within seconds to a minute up to about this size (bench_milp.py)."""
@@ -94,6 +95,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
     deadline = start + options.time_limit
+    if budget < peak_lower_bound(graph):
+        return _below_floor(graph, budget, options, start)
     known = None  # auto's own bound: proved before the first method that needs it
     results: list[Solution] = []
     methods = candidate_methods(graph)
@@ -124,6 +127,23 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     return Solution.from_schedule(graph, best.R, best.S, "auto", status, budget,
                                   lower_bound=bound, solve_time=elapsed, min_budget=min_budget,
                                   chosen=best.method, tried=[r.method for r in results])
+
+
+def _below_floor(graph: RematGraph, budget: float, options: SolveOptions,
+                 start: float) -> Solution:
+    """No schedule fits a budget below ``peak_lower_bound`` (proven at once); what auto
+    still finds is the least budget it can meet: chain-dp's least peak on chains (exact over
+    its class), else the best baseline's schedule lowered by the peak descent, without the
+    min-peak MILP (``min_budget(exact=False)``), which on gpt2 at module level spent the
+    whole 30 s of milp's share of each such budget of a sweep without lowering it."""
+    if method_applies("chain-dp", graph):
+        least, tried = solver("chain-dp")(graph, budget, options).min_budget, ["chain-dp"]
+    else:
+        left = max(start + options.time_limit - time.perf_counter(), MIN_STEP_SECONDS)
+        found = min_budget(graph, replace(options, time_limit=left), exact=False)
+        least, tried = found.peak_memory, ["min_budget"]
+    return Solution.infeasible(graph, "auto", budget, least,
+                               solve_time=time.perf_counter() - start, tried=tried)
 
 
 def _share(name: str, left: float, later: list[str]) -> float:

@@ -67,25 +67,30 @@ def smallest_baseline(graph: RematGraph) -> tuple[float, np.ndarray, np.ndarray]
     return best
 
 
-def min_budget(graph: RematGraph, options: SolveOptions | None = None) -> MinBudget:
+def min_budget(graph: RematGraph, options: SolveOptions | None = None,
+               exact: bool = True) -> MinBudget:
     """The exact smallest budget of ``graph`` (within ``options.time_limit``, if any).
 
     The best baseline's schedule, its peak lowered by the descent (``DESCENT_SHARE`` of the
-    time): where that reaches ``peak_lower_bound`` it is optimal at once; otherwise the
-    min-peak MILP runs, warm-started from it.
+    time, all of it without ``exact``): where that reaches ``peak_lower_bound`` it is optimal
+    at once; otherwise the min-peak MILP runs, warm-started from it, unless ``exact`` is
+    False (then status "feasible" and ``peak_lower_bound`` as the bound).
     """
     options = options or SolveOptions()
     began = time.perf_counter()
     floor = peak_lower_bound(graph)
     peak, R, S = smallest_baseline(graph)
     if peak > floor:
+        share = DESCENT_SHARE if exact else 1.0
         deadline = None if options.time_limit is None else \
-            began + DESCENT_SHARE * options.time_limit
+            began + share * options.time_limit
         point = descend(graph, S, floor, deadline)
         if point.sim.peak_memory < peak:
             peak, R, S = point.sim.peak_memory, point.R, point.S
     if peak <= floor:
         return MinBudget(peak, peak, "optimal", R, S, time.perf_counter() - began)
+    if not exact:
+        return MinBudget(peak, floor, "feasible", R, S, time.perf_counter() - began)
     model = MilpModel(graph, None, TIGHT, min_peak=True)
     left = None if options.time_limit is None else \
         max(0.1, options.time_limit - (time.perf_counter() - began))
