@@ -95,11 +95,12 @@ def test_min_budget_reaches_the_floor_through_the_descent():
     assert simulate(graph, found.R, found.S).peak_memory == floor
 
 
-def test_retention_descends_from_checkpoint_all_where_the_lowest_start_sticks():
-    """GPT-2 at module level, 30% (3.75 MB): no choice of gaps fits, and the descent from the
-    lowest-peak schedule tried stops at 3.83 MB; from checkpoint-all's schedule it fits. So
-    retention returns a schedule (it returned "infeasible" with min_budget 3.83 MB, while a
-    3.69 MB schedule exists)."""
+def test_retention_descends_from_a_looser_budget_where_no_choice_of_gaps_fits():
+    """GPT-2 at module level, 30% (3.75 MB): no choice of gaps fits; the descent from the
+    lowest-peak schedule tried stops at 3.83 MB (retention said "infeasible"), from
+    checkpoint-all's it fits at 1.81 of the total cost; from the cheapest schedule at a
+    looser budget (``retention.LOOSER``) at 1.34 (bound 1.32). Any valid schedule passes the
+    first asserts; the cost assert fails on the checkpoint-all start."""
     from test_bounds import _graph_file
 
     graph = _graph_file("gpt2-module")
@@ -107,7 +108,7 @@ def test_retention_descends_from_checkpoint_all_where_the_lowest_start_sticks():
     sol = solver("retention")(graph, budget, SolveOptions(time_limit=8))
     assert sol.feasible and sol.peak_memory <= budget
     assert simulate(graph, sol.R, sol.S).peak_memory == sol.peak_memory
-    assert sol.lower_bound <= sol.compute_cost
+    assert sol.lower_bound <= sol.compute_cost < 1.5 * graph.total_cost
 
 
 def test_auto_below_the_floor_reports_a_budget_it_can_meet_without_milp():

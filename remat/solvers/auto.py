@@ -11,6 +11,8 @@ bound's knapsack, and its local search); then ``milp``,
 started from the best schedule so far, on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP
 relaxation with rounding (``lp-rounding``, whose LP optimum is a proven bound) up to
 ``LP_MAX_NODES``.
+A budget below ``peak_lower_bound`` (no schedule fits, proven at once) ends the call early
+with the least budget auto can meet (``_below_floor``).
 ``time_limit`` (default ``DEFAULT_TIME_LIMIT`` seconds) bounds the whole call: each method gets
 what is left (``_share``: half of it when an exact method follows), so the call ends within
 the limit plus the last method's overrun (a HiGHS solve or simulation in progress).
