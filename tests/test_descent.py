@@ -114,8 +114,8 @@ def test_retention_descends_from_a_looser_budget_where_no_choice_of_gaps_fits():
 def test_auto_below_the_floor_reports_a_budget_it_can_meet_without_milp():
     """Below ``peak_lower_bound`` no schedule fits (proven at once): auto does not run milp
     (whose exact min-peak MILP took the whole limit of each such budget of a sweep), and the
-    least budget it reports is one that retention (auto's method at this size) then meets:
-    there only the last of its descents (by peak, from checkpoint-all's schedule) fits."""
+    least budget it reports is one that retention (auto's method at this size) then meets
+    (through its descents: no choice of gaps fits there)."""
     from test_bounds import _graph_file
 
     graph = _graph_file("gpt2-module")
