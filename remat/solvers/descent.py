@@ -65,7 +65,7 @@ def descend(graph: RematGraph, S: np.ndarray, budget: float, deadline: float | N
     rank = _by_cost if cheap else _by_score
     point = Point(graph, S, budget)
     while not point.fits(budget) and not _past(deadline):
-        step = _best_step(graph, point, point, budget, rank, deadline)
+        step, _ = _best_step(graph, point, point, budget, rank, deadline)
         if step is None:
             step = _best_pair(graph, point, budget, rank, deadline)
         if step is None:
@@ -88,20 +88,20 @@ def _by_cost(base: Point, found: Point):
 
 
 def _best_step(graph: RematGraph, base: Point, point: Point, budget: float, rank,
-               deadline: float | None) -> Point | None:
-    """The best schedule (least ``rank`` against ``base``) that one move of ``point``, at
-    its stages over the budget (worst first, ``STAGES`` of them), reaches; None if none
-    ranks."""
+               deadline: float | None) -> tuple[Point | None, object]:
+    """(the best schedule, its rank): the least ``rank`` against ``base`` that one move of
+    ``point``, at its stages over the budget (worst first, ``STAGES`` of them), reaches;
+    (None, None) if none ranks."""
     best, least = None, None
     for t in point.worst(budget, STAGES):
         for S in _moves(graph, point, t):
             if _past(deadline):
-                return best
+                return best, least
             found = Point(graph, S, budget)
             key = rank(base, found)
             if key is not None and (least is None or key < least):
                 best, least = found, key
-    return best
+    return best, least
 
 
 def _best_pair(graph: RematGraph, point: Point, budget: float, rank,
@@ -112,8 +112,7 @@ def _best_pair(graph: RematGraph, point: Point, budget: float, rank,
     for S in _moves(graph, point, point.worst(budget, 1)[0]):
         if _past(deadline):
             break
-        found = _best_step(graph, point, Point(graph, S, budget), budget, rank, deadline)
-        key = None if found is None else rank(point, found)
+        found, key = _best_step(graph, point, Point(graph, S, budget), budget, rank, deadline)
         if key is not None and (least is None or key < least):
             best, least = found, key
     return best

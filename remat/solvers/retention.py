@@ -138,7 +138,8 @@ def _least_peak(plan: "Plan", budget: float, deadline: float, threads) -> float:
     that bound up to checkpoint-all's peak (``LEAST_STEPS`` steps) are tried until one fits,
     and their least peak says what this method can meet (keeping nothing peaks higher: gpt2
     at module level, 8.03 MiB, 84% of the way to checkpoint-all's peak, against 3.84 MiB so);
-    keep nothing at worst. ``deadline``: the caller's (``GROW_SECONDS`` from its start without a limit)."""
+    keep nothing at worst. ``deadline``: the caller's (``GROW_SECONDS`` from its start
+    without a limit)."""
     graph = plan.graph
     floor, top = peak_lower_bound(graph), checkpoint_all_peak(graph)
     for step in range(LEAST_STEPS + 1 if budget < floor else 0):
@@ -168,27 +169,23 @@ def _descended(plan: "Plan", budget: float, deadline: float) -> tuple | None:
     starts = [checkpoint_all(graph)[1]]
     if math.isfinite(plan.lowest[0]):
         starts.insert(0, plan.lowest[1])
-    tries = len(LOOSER) + 2 * len(starts)
+    later = [(S, cheap) for cheap in (True, False) for S in starts]
     found = []
-    for share in LOOSER:
-        until = _share_of(deadline, tries)
-        tries -= 1
+    for k, share in enumerate(LOOSER):
+        until = _share_of(deadline, len(LOOSER) + len(later) - k)
         start = _looser(plan, budget, share, until)
         point = None if start is None else descend(graph, start, budget, until, cheap=True)
         if point is not None and point.fits(budget):
             found.append((point.sim.compute_cost, point.R, point.S, set()))
     if found:
         return min(found, key=lambda item: item[0])
-    for cheap in (True, False):
-        for S in starts:
-            point = descend(graph, S, budget, _share_of(deadline, tries), cheap=cheap)
-            tries -= 1
-            plan.lowest = min(plan.lowest, (point.sim.peak_memory, point.S),
-                              key=lambda low: low[0])
-            if point.fits(budget):
-                return point.sim.compute_cost, point.R, point.S, set()
-            if _past(deadline):
-                return None
+    for k, (S, cheap) in enumerate(later):
+        point = descend(graph, S, budget, _share_of(deadline, len(later) - k), cheap=cheap)
+        plan.lowest = min(plan.lowest, (point.sim.peak_memory, point.S), key=lambda low: low[0])
+        if point.fits(budget):
+            return point.sim.compute_cost, point.R, point.S, set()
+        if _past(deadline):
+            return None
     return None
 
 
