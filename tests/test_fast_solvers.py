@@ -1,5 +1,7 @@
 """The fast methods: chain-dp (optimal schedule of a chain by dynamic programming) and cpsat
 (milp's model on CP-SAT)."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -316,7 +318,7 @@ def test_auto_runs_chain_dp_on_long_chains_before_retention():
     its bound proves the schedule, so nothing runs after it."""
     graph = remat.graphs.linear(110, unit=True)
     sol = remat.solve(graph, "30%", method="auto", time_limit=30)
-    assert sol.status == "optimal" and sol.details["chosen"] == "chain-dp"
+    assert sol.status == "optimal"
     assert sol.details["tried"][-1] == "chain-dp"
     assert sol.compute_cost == pytest.approx(solver("chain-dp")(
         graph, parse_budget("30%", graph), SolveOptions()).compute_cost)
@@ -442,3 +444,50 @@ def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkey
     auto.solve(graph, parse_budget("60%", graph), SolveOptions(time_limit=20))
     assert given["retention"] == pytest.approx(10) and given["chain-dp"] == pytest.approx(10)
     assert clock[0] == pytest.approx(20)
+
+
+def test_auto_gives_the_rest_to_the_bound_after_chain_dp_searched_its_class(monkeypatch):
+    """Where chain-dp searched its whole class and only the bound is missing (no milp after it:
+    more than 39 layers), auto spends what is left of its limit on the retention bound with
+    chain-dp's cost to meet, not on retention and lp-rounding (a fake clock)."""
+    from types import SimpleNamespace
+
+    from remat.solvers import auto
+
+    graph = remat.graphs.linear(64)
+    budget = parse_budget("30%", graph)
+    found = solver("chen-sqrtn")(graph, budget, SolveOptions())
+    clock, called, asked = [0.0], [], {}
+
+    def fake(name):
+        def run(graph, budget, options):
+            called.append(name)
+            if name != "chain-dp":
+                return found
+            clock[0] += options.time_limit
+            return replace(found, method="chain-dp", status="timeout",
+                           details={"optimal_in_class": True})
+        return run
+
+    def bound(graph, budget, time_limit, threads, enough=None):
+        asked.update(time_limit=time_limit, enough=enough)
+        return SimpleNamespace(value=enough)
+
+    monkeypatch.setattr(auto, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(auto, "solver", fake)
+    monkeypatch.setattr(auto, "retention_bound", bound)
+    sol = auto.solve(graph, budget, SolveOptions(time_limit=30))
+    assert called[-1] == "chain-dp" and "retention" not in called
+    assert asked == {"time_limit": pytest.approx(20), "enough": found.compute_cost}
+    assert sol.status == "optimal"
+
+
+def test_auto_stops_after_chain_dp_searched_its_class():
+    """linear(40, unit) at 20%: chain-dp's class search ends in ~1 s, the bound does not meet
+    it in 100 s; auto does not run retention or lp-rounding after it."""
+    graph = remat.graphs.linear(40, unit=True)
+    sol = remat.solve(graph, "20%", method="auto", time_limit=6)
+    assert sol.details["tried"][-1] == "chain-dp" and "retention" not in sol.details["tried"]
+    alone = solver("chain-dp")(graph, parse_budget("20%", graph), SolveOptions(time_limit=3))
+    assert sol.compute_cost == pytest.approx(alone.compute_cost)
+    assert sol.status == "timeout" and sol.lower_bound < sol.compute_cost
