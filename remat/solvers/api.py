@@ -35,7 +35,10 @@ def _infeasible_message(method: str, budget, budget_bytes: float, result: Soluti
         f"; the smallest budget it can meet is {format_bytes(result.min_budget)}"
     hint = "Raise the budget." if method in ("milp", "auto") else \
         "Raise the budget or try method='milp'."
-    if result.details.get("reason"):
+    if result.details.get("floor") is not None:
+        hint = f"No schedule of this graph peaks below {format_bytes(result.details['floor'])} " \
+               "(proven). Raise the budget."
+    elif result.details.get("reason"):
         hint = f"({result.details['reason']}: infeasibility is not proven; raise time_limit " \
                "or the budget.)"
     return (f"method {method!r} finds no schedule within budget {budget!r} "

@@ -13,8 +13,9 @@ relaxation with rounding (``lp-rounding``, whose LP optimum is a proven bound) u
 ``LP_MAX_NODES``.
 Where chain-dp searched its whole class and no milp follows, the rest of the time goes to
 the bound (``_proof_left``).
-A budget below ``peak_lower_bound`` (no schedule fits, proven at once) ends the call early
-with the least budget auto can meet (``_below_floor``).
+A budget below the least possible peak (``peak_floor.below_floor``: one node's operands, then
+the pebbling bound; no schedule fits, proven) ends the call early with the least budget auto
+can meet (``_below_floor``).
 ``time_limit`` (default ``DEFAULT_TIME_LIMIT`` seconds) bounds the whole call: each method gets
 what is left (``_share``: half of it when an exact method follows), so the call ends within
 the limit plus the last method's overrun (a HiGHS solve or simulation in progress).
@@ -29,9 +30,10 @@ from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
 from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, method_applies,
                                 solver)
-from remat.solvers.bounds import bound_time, meets, peak_lower_bound, retention_bound
+from remat.solvers.bounds import bound_time, meets, retention_bound
 from remat.solvers.chain_dp import chain_of, distinct_segments
 from remat.solvers.min_budget import min_budget
+from remat.solvers.peak_floor import below_floor
 
 MILP_MAX_NODES = 80
 """milp proves optimality within seconds to a minute up to about this size (bench_milp.py)."""
@@ -99,8 +101,9 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
     deadline = start + options.time_limit
-    if budget < peak_lower_bound(graph):
-        return _below_floor(graph, budget, options, start)
+    floor = below_floor(graph, budget, options.time_limit)
+    if floor is not None:
+        return _below_floor(graph, budget, floor, options, start)
     known = None  # auto's own bound: proved before the first method that needs it
     results: list[Solution] = []
     methods = candidate_methods(graph)
@@ -138,9 +141,9 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
                                   chosen=best.method, tried=[r.method for r in results])
 
 
-def _below_floor(graph: RematGraph, budget: float, options: SolveOptions,
+def _below_floor(graph: RematGraph, budget: float, floor: float, options: SolveOptions,
                  start: float) -> Solution:
-    """No schedule fits a budget below ``peak_lower_bound`` (proven at once); what auto
+    """No schedule fits a budget below the least possible peak (proven); what auto
     still finds is the least budget it can meet: chain-dp's least peak on chains (exact over
     its class), else the best baseline's schedule lowered by the peak descent, without the
     min-peak MILP (``min_budget(exact=False)``), which on gpt2 at module level spent the
@@ -151,7 +154,7 @@ def _below_floor(graph: RematGraph, budget: float, options: SolveOptions,
         left = max(start + options.time_limit - time.perf_counter(), MIN_STEP_SECONDS)
         found = min_budget(graph, replace(options, time_limit=left), exact=False)
         least, tried = found.peak_memory, ["min_budget"]
-    return Solution.infeasible(graph, "auto", budget, least,
+    return Solution.infeasible(graph, "auto", budget, least, floor=floor,
                                solve_time=time.perf_counter() - start, tried=tried)
 
 

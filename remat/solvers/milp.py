@@ -21,7 +21,8 @@ from remat.solvers import highs_backend
 from remat.solvers.base import BASELINES, NO_SCHEDULE_YET, SolveOptions, applicable, solver
 from remat.solvers.bounds import PROVEN_RTOL, Bound, bound_time, meets, retention_bound
 from remat.solvers.milp_model import TIGHT, Formulation, MilpModel
-from remat.solvers.min_budget import min_budget, peak_lower_bound
+from remat.solvers.min_budget import min_budget
+from remat.solvers.peak_floor import below_floor
 
 __all__ = ["BASELINES", "applicable", "solve", "solve_with", "warm_start"]
 
@@ -39,8 +40,9 @@ def solve_with(graph: RematGraph, budget: float, options: SolveOptions,
     """``milp`` with an explicit formulation (the benchmark compares them); ``retention=False``
     is Checkmate's plain MILP: no retention bound to stop at or report."""
     began = time.perf_counter()
-    if budget < peak_lower_bound(graph):  # no schedule fits: skip the (slow) proof by MILP
-        return _infeasible(graph, budget, method, began, options, reason="below peak_lower_bound")
+    floor = below_floor(graph, budget, options.time_limit)
+    if floor is not None:  # no schedule fits: skip the (slow) proof by MILP
+        return _infeasible(graph, budget, method, began, options, floor=floor)
     warm = warm_start(graph, budget, options) if options.warm_start else None
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads) \
         if retention else Bound(graph.total_cost, "trivial", 0.0, 0)

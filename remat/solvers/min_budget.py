@@ -19,9 +19,10 @@ from remat.schedule.rs import cheapest_r, checkpoint_all
 from remat.schedule.simulate import simulate
 from remat.solvers import highs_backend
 from remat.solvers.base import SolveOptions, solver
-from remat.solvers.bounds import peak_lower_bound
+from remat.solvers.bounds import bound_time, peak_lower_bound
 from remat.solvers.descent import descend
 from remat.solvers.milp_model import TIGHT, MilpModel
+from remat.solvers.peak_floor import peak_floor
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,10 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
     """The exact smallest budget of ``graph`` (within ``options.time_limit``, if any).
 
     The best baseline's schedule, its peak lowered by the descent (``DESCENT_SHARE`` of the
-    time, all of it without ``exact``): where that reaches ``peak_lower_bound`` it is optimal
-    at once; otherwise the min-peak MILP runs, warm-started from it, unless ``exact`` is
-    False (then status "feasible" and ``peak_lower_bound`` as the bound).
+    time, all of it without ``exact``): where that reaches ``peak_lower_bound``, or else the
+    pebbling bound (``peak_floor``), it is optimal at once; otherwise the min-peak MILP runs,
+    warm-started from it, unless ``exact`` is False (then status "feasible" and that floor as
+    the bound).
     """
     options = options or SolveOptions()
     began = time.perf_counter()
@@ -87,6 +89,8 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
         point = descend(graph, S, floor, deadline)
         if point.sim.peak_memory < peak:
             peak, R, S = point.sim.peak_memory, point.R, point.S
+    if peak > floor:  # the pebbling bound may still meet it
+        floor = peak_floor(graph, _floor_time(options.time_limit, began, exact)).value
     if peak <= floor:
         return MinBudget(peak, peak, "optimal", R, S, time.perf_counter() - began)
     if not exact:
@@ -105,6 +109,14 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
     bound = max(floor, _bound_bytes(model, result.bound, peak))
     status = "optimal" if result.status == "optimal" or bound >= peak else "timeout"
     return MinBudget(peak, min(bound, peak), status, R, S, time.perf_counter() - began)
+
+
+def _floor_time(limit: float | None, began: float, exact: bool) -> float:
+    """Seconds for ``peak_floor``: the bounds' share of the limit (``bound_time``); without
+    ``exact`` what the descent left of it (a caller's cached floor usually answers)."""
+    if exact or limit is None:
+        return bound_time(limit)
+    return max(0.0, began + limit - time.perf_counter())
 
 
 def _bound_bytes(model: MilpModel, bound_units: float, peak: float) -> float:

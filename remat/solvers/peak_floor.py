@@ -1,0 +1,170 @@
+"""A lower bound on the peak of every schedule of a graph, above ``peak_lower_bound``.
+
+``peak_lower_bound`` counts one computation: node t with its inputs. Look instead at the
+moment a set A of values is alive at once (each value's live copy computed at some earlier
+moment) and take the value a in A whose copy was computed last. At that computation the rest
+of A was already alive, and a's inputs were too, so memory was at least ``static + m(A - a
++ deps(a)) + m_a + w_a``, and the set ``A - a + deps(a)`` was alive at once before. So every
+schedule, going back in time from the computation of node t (its inputs alive), follows a
+path of such sets down to the empty set (values with no inputs read only static memory), and
+its peak is at least the largest memory along that path. The least such largest memory over
+all paths, F(t), is the weighted black pebbling number of t, where a value may be computed
+any number of times; every schedule computes every node, so ``static + max_t F(t)`` is a
+lower bound on its peak. The exhaustive search (tests/exhaustive.py) never finds a smaller
+peak (tests/test_peak_floor.py).
+
+F(t) is a bottleneck shortest path over sets (bit masks), found by a best-first search that
+pops sets in increasing order of "the largest memory so far", raised by ``max F(a)`` over the
+set's values (no path through the set can do better: making any one value alive is part of
+making the set alive). Values are done in index order, so every value of a set has its F.
+The search is cut after a number of sets (``FIRST_STATES``, four times more on each pass
+while time is left); a cut search still proves the value it popped last, so the bound holds
+whenever it stops. ``peak_floor`` caches its result per graph.
+
+Measured on 2 shared cores (bench/results/fast_notes.md, session 13): random_dag(20) 25.0 ->
+29.0 MiB in 0.01 s where the min-peak MILP left its bound at 25.0 MiB after 900 s (least
+known peak 34.0 MiB); gpt2 at module level 3.381 -> 3.479 MiB, resnet50 at op level 5.817 ->
+5.942 MiB, fcn_resnet50 at op level 13.11 -> 15.73 MiB (20 s each).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import time
+import weakref
+from dataclasses import dataclass
+
+from remat.graph.core import RematGraph
+from remat.solvers.bounds import peak_lower_bound
+
+FIRST_STATES = 500
+"""Sets each value's search may pop on the first pass (times four on each later pass)."""
+
+
+@dataclass(frozen=True)
+class PeakFloor:
+    """No schedule of the graph peaks below ``value`` (bytes, static included). ``exact``: every
+    value's search finished (the pebbling bound itself, not a cut of it)."""
+
+    value: float
+    exact: bool
+    seconds: float
+
+
+FLOOR_SHARE = 0.05
+"""Of a solver's time limit, what ``below_floor`` gives the search (cached per graph, so a
+sweep pays once); ``FLOOR_SECONDS`` without a limit."""
+FLOOR_SECONDS = 1.0
+
+_CACHE: "weakref.WeakKeyDictionary[RematGraph, PeakFloor]" = weakref.WeakKeyDictionary()
+
+
+def below_floor(graph: RematGraph, budget: float, time_limit: float | None) -> float | None:
+    """The proven least peak (bytes) where ``budget`` is below it, else None: no schedule of
+    ``graph`` fits then. ``peak_lower_bound`` first (no search), then ``peak_floor``."""
+    if budget < peak_lower_bound(graph):
+        return peak_lower_bound(graph)
+    seconds = FLOOR_SECONDS if time_limit is None else FLOOR_SHARE * time_limit
+    floor = peak_floor(graph, seconds).value
+    return floor if budget < floor else None
+
+
+def peak_floor(graph: RematGraph, time_limit: float | None = 1.0) -> PeakFloor:
+    """The pebbling lower bound on the peak of every schedule (module docstring), at least
+    ``peak_lower_bound``; searched for at most ``time_limit`` seconds (None: to the end).
+    Cached per graph; a cut result is searched again when more time is asked for."""
+    known = _CACHE.get(graph)
+    asked = math.inf if time_limit is None else time_limit
+    if known is not None and (known.exact or asked <= known.seconds):
+        return known
+    found = _search(graph, time_limit)
+    if known is not None and known.value > found.value:
+        found = PeakFloor(known.value, found.exact, found.seconds)
+    _CACHE[graph] = found
+    return found
+
+
+def _search(graph: RematGraph, time_limit: float | None) -> PeakFloor:
+    began = time.perf_counter()
+    deadline = math.inf if time_limit is None else began + time_limit
+    mem = [float(m) for m in graph.mem]
+    own = [float(m) + float(w) for m, w in zip(graph.mem, graph.workspace)]
+    inputs = [sum(1 << d for d in graph.deps[v]) for v in range(graph.size)]
+    floor = [0.0] * graph.size
+    todo, cap = list(range(graph.size)), FIRST_STATES
+    while todo and time.perf_counter() < deadline:
+        cut = []
+        for k, t in enumerate(todo):
+            value, done = _bottleneck(t, mem, own, inputs, floor, cap, deadline)
+            floor[t] = max(floor[t], value)
+            if not done:
+                cut.append(t)
+            if time.perf_counter() >= deadline:
+                cut += todo[k + 1:]
+                break
+        # only the largest F counts: a value some path keeps at or below it is done
+        most = max(floor, default=0.0)
+        todo = sorted((t for t in cut if _upper(t, mem, own, inputs) > most),
+                      key=lambda t: -floor[t])
+        cap *= 4
+    value = max(peak_lower_bound(graph), graph.static_mem + max(floor, default=0.0))
+    return PeakFloor(value, not todo, time.perf_counter() - began)
+
+
+def _bottleneck(target: int, mem: list[float], own: list[float], inputs: list[int],
+                floor: list[float], cap: int, deadline: float) -> tuple[float, bool]:
+    """(F(target), True), or (a lower bound on it, False) when cut after ``cap`` sets or at
+    ``deadline``. A set is a bit mask of values alive at once; its key is the largest memory
+    on the best path to it so far, raised by its values' ``floor``."""
+    start = inputs[target]
+    start_mem = _mem(start, mem)
+    first = max(start_mem + own[target], _largest(start, floor))
+    heap, best, popped = [(first, start, start_mem)], {start: first}, 0
+    while heap:
+        key, alive, alive_mem = heapq.heappop(heap)
+        if key > best[alive]:
+            continue  # a better path reached this set since
+        if not alive:
+            return key, True
+        popped += 1
+        if popped > cap or (not popped % 64 and time.perf_counter() > deadline):
+            return key, False
+        for a in _bits(alive):
+            before = (alive & ~(1 << a)) | inputs[a]
+            before_mem = alive_mem - mem[a] + _mem(inputs[a] & ~alive, mem)
+            step = max(key, before_mem + own[a])
+            if step < best.get(before, math.inf):
+                step = max(step, _largest(before, floor))
+                if step < best.get(before, math.inf):
+                    best[before] = step
+                    heapq.heappush(heap, (step, before, before_mem))
+    return math.inf, True  # cannot happen: the empty set is always reachable
+
+
+def _upper(target: int, mem: list[float], own: list[float], inputs: list[int]) -> float:
+    """The largest memory along one path (F(target) is at most it): the highest value of the
+    set is always the one computed last (the plain forward order)."""
+    alive = inputs[target]
+    alive_mem = _mem(alive, mem)
+    largest = alive_mem + own[target]
+    while alive:
+        a = alive.bit_length() - 1
+        alive_mem += _mem(inputs[a] & ~alive, mem) - mem[a]
+        alive = (alive & ~(1 << a)) | inputs[a]
+        largest = max(largest, alive_mem + own[a])
+    return largest
+
+
+def _bits(mask: int):
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def _mem(mask: int, mem: list[float]) -> float:
+    return sum(mem[v] for v in _bits(mask))
+
+
+def _largest(mask: int, floor: list[float]) -> float:
+    return max((floor[v] for v in _bits(mask)), default=0.0)

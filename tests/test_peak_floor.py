@@ -1,0 +1,81 @@
+"""The pebbling lower bound on the peak (remat/solvers/peak_floor.py)."""
+import hypothesis.strategies as st
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import remat
+from remat.errors import InfeasibleBudgetError
+from remat.solvers import SolveOptions, solver
+from remat.solvers.bounds import peak_lower_bound
+from remat.solvers.min_budget import min_budget
+from remat.solvers.peak_floor import peak_floor
+
+import exhaustive
+
+
+def _random_graph(data) -> remat.RematGraph:
+    """A random DAG of up to 7 nodes, random sizes, workspace and static memory."""
+    size = data.draw(st.integers(2, 7))
+    deps = [tuple(sorted(data.draw(st.sets(st.integers(0, t - 1), max_size=min(t, 3)))))
+            if t else () for t in range(size)]
+    mem = data.draw(st.lists(st.integers(0, 9), min_size=size, max_size=size))
+    graph = remat.RematGraph([f"n{i}" for i in range(size)], [1.0] * size, mem, deps,
+                             [i > size // 2 for i in range(size)],
+                             static_mem=data.draw(st.integers(0, 5)))
+    return graph
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_never_above_the_least_peak_of_any_schedule(data):
+    graph = _random_graph(data)
+    floor = peak_floor(graph, time_limit=None)
+    assert floor.exact
+    assert peak_lower_bound(graph) <= floor.value <= exhaustive.min_peak(graph) + 1e-9
+
+
+def test_the_other_input_is_alive_while_the_last_is_built():
+    """n reads a and b (1 byte each), built from sources of 10 bytes: computing a or b holds
+    11 bytes (``peak_lower_bound``), but whichever of a, b comes last is built while the other
+    is alive: 12 bytes, the exhaustive least peak."""
+    graph = remat.RematGraph(["sa", "sb", "a", "b", "n"], [1.0] * 5, [10, 10, 1, 1, 1],
+                             [(), (), (0,), (1,), (2, 3)], [False] * 4 + [True])
+    assert peak_lower_bound(graph) == 11
+    assert peak_floor(graph).value == 12 == exhaustive.min_peak(graph)
+
+
+def test_higher_than_the_operand_bound_on_a_random_dag():
+    """random_dag(20), static memory included: 25 MiB by operands, 29 MiB by pebbling (exact
+    in well under a second); the least peak any method has found is 34 MiB."""
+    graph = remat.graphs.random_dag(20)
+    floor = peak_floor(graph, time_limit=10)
+    assert floor.exact
+    assert floor.value == 29 * 2**20 > peak_lower_bound(graph) == 25 * 2**20
+
+
+def test_auto_and_milp_stop_at_once_below_the_pebbling_floor():
+    """random_dag(20) at 42% (26.9 MiB): above the operand bound (25 MiB), below the pebbling
+    one (29 MiB). auto and milp say so at once (before, auto ran its methods for the whole
+    limit and proved nothing), and the error says it is proven."""
+    graph = remat.graphs.random_dag(20)
+    for method in ("auto", "milp"):
+        with pytest.raises(InfeasibleBudgetError, match=r"peaks below 29\.00 MiB \(proven\)"):
+            remat.solve(graph, "42%", method=method, time_limit=20)
+    sol = solver("auto")(graph, remat.parse_budget("42%", graph), SolveOptions(time_limit=20))
+    assert sol.details["tried"] == ["min_budget"] and sol.details["floor"] == 29 * 2**20
+    assert sol.min_budget >= 29 * 2**20
+
+
+def test_min_budget_is_proven_where_the_pebbling_floor_meets_it(monkeypatch):
+    """Where the descent's least peak equals the pebbling floor (the two-input graph above),
+    min_budget is optimal without its min-peak MILP."""
+    from remat.solvers import min_budget as module
+
+    def no_milp(*args, **kwargs):
+        raise AssertionError("the min-peak MILP ran")
+
+    monkeypatch.setattr(module, "MilpModel", no_milp)
+    graph = remat.RematGraph(["sa", "sb", "a", "b", "n"], [1.0] * 5, [10, 10, 1, 1, 1],
+                             [(), (), (0,), (1,), (2, 3)], [False] * 4 + [True])
+    found = min_budget(graph, SolveOptions(time_limit=5))
+    assert found.status == "optimal" and found.peak_memory == found.lower_bound == 12
