@@ -19,12 +19,19 @@ set's values (no path through the set can do better: making any one value alive 
 making the set alive). Values are done in index order, so every value of a set has its F.
 The search is cut after a number of sets (``FIRST_STATES``, four times more on each pass
 while time is left); a cut search still proves the value it popped last, so the bound holds
-whenever it stops. ``peak_floor`` caches its result per graph.
+whenever it stops. Only the largest F counts, so later passes take the cut values largest
+first and drop those that one path (``_upper``) keeps at or below it. ``peak_floor`` caches
+its result per graph.
 
-Measured on 2 shared cores (bench/results/fast_notes.md, session 13): random_dag(20) 25.0 ->
-29.0 MiB in 0.01 s where the min-peak MILP left its bound at 25.0 MiB after 900 s (least
-known peak 34.0 MiB); gpt2 at module level 3.381 -> 3.479 MiB, resnet50 at op level 5.817 ->
-5.942 MiB, fcn_resnet50 at op level 13.11 -> 15.73 MiB (20 s each).
+Measured (``bench/bench_peak_floor.py``, bench/results/peak_floor.csv; bytes, static
+included; one run, 2 shared cores): random_dag(20) 26214400 (one node's operands) ->
+30408704, exact in 0.02 s, where the min-peak MILP (one thread) left its bound at 26214400
+after 900 s (least known peak 35651584); gpt2 at module level 3545096 -> 3676168 with 20 s,
+its least known peak, so ``min_budget`` is proven there (1 s and 5 s gain nothing);
+fcn_resnet50 at op level 13742544 -> 16495056 in 1 s (least known 22000080); resnet50 at
+module and op level +131 kB with 5 s. On VGG-16, U-Net and MobileNetV2 (which have
+schedules at the operand bound), fcn_resnet50 at module level and random_dag(100) it adds
+nothing in 20 s.
 """
 from __future__ import annotations
 
