@@ -81,6 +81,30 @@ def main() -> None:
         writer.writerows(rows)
     command = "PYTHONPATH=. python " + " ".join(sys.argv)
     out.with_suffix(".json").write_text(json.dumps({"command": command, "rows": rows}, indent=1))
+    plot(rows, limits[-1], out.with_suffix(".png"), command)
+
+
+def plot(rows: list[dict], limit: float, path: Path, command: str) -> None:
+    """Per graph: the operand bound, the pebbling bound and the least known peak, as shares of
+    the budget range."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    x = range(len(rows))
+    for shift, key, label in ((-0.27, "operands_pct", "one node's operands"),
+                              (0.0, f"floor_{limit:g}s_pct", f"pebbling bound, {limit:g} s"),
+                              (0.27, "least_peak_pct", "least peak found")):
+        ax.bar([i + shift for i in x], [r[key] for r in rows], width=0.27, label=label)
+    ax.set_xticks(list(x), [r["graph"] for r in rows], rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("% of the budget range")
+    ax.set_title("No schedule peaks below the bounds (the least budget of a sweep)", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, command, fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":

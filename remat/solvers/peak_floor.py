@@ -28,7 +28,7 @@ included; one run, 2 shared cores): random_dag(20) 26214400 (one node's operands
 30408704, exact in 0.02 s, where the min-peak MILP (one thread) left its bound at 26214400
 after 900 s (least known peak 35651584); gpt2 at module level 3545096 -> 3676168 with 20 s,
 its least known peak, so ``min_budget`` is proven there (1 s and 5 s gain nothing);
-fcn_resnet50 at op level 13742544 -> 16495056 in 1 s (least known 22000080); resnet50 at
+fcn_resnet50 at op level 13742544 -> 16495056 in 1 s (least known 19294672); resnet50 at
 module and op level +131 kB with 5 s. On VGG-16, U-Net and MobileNetV2 (which have
 schedules at the operand bound), fcn_resnet50 at module level and random_dag(100) it adds
 nothing in 20 s.
