@@ -24,7 +24,8 @@ def _random_graph(data) -> remat.RematGraph:
     graph = remat.RematGraph([f"n{i}" for i in range(size)], [1.0] * size, mem, deps,
                              [i > size // 2 for i in range(size)],
                              static_mem=data.draw(st.integers(0, 5)))
-    return graph
+    return graph.with_workspace(data.draw(st.lists(st.integers(0, 4), min_size=size,
+                                                   max_size=size)))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
