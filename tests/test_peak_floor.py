@@ -96,8 +96,19 @@ def test_auto_below_the_floor_reports_the_lower_of_descent_and_retention(monkeyp
     graph = remat.graphs.random_dag(20)
     budget = remat.parse_budget("42%", graph)
     monkeypatch.setattr(auto, "min_budget",
-                        lambda *args, **kwargs: SimpleNamespace(peak_memory=math.inf))
+                        lambda *args, **kwargs: SimpleNamespace(peak_memory=math.inf,
+                                                                status="feasible"))
     sol = auto.solve(graph, budget, SolveOptions(time_limit=10))
     assert sol.details["tried"] == ["min_budget", "retention"] and math.isfinite(sol.min_budget)
     met = solver("retention")(graph, sol.min_budget, SolveOptions(time_limit=10))
     assert met.feasible and met.peak_memory <= sol.min_budget
+
+
+def test_auto_below_the_floor_stops_where_the_descent_meets_it():
+    """VGG-16 at module level, 10%: the descent reaches the operand bound, so that least
+    budget is proven and retention's least-peak scan does not run."""
+    from test_bounds import _graph_file
+
+    graph = _graph_file("vgg16-module")
+    sol = solver("auto")(graph, remat.parse_budget("10%", graph), SolveOptions(time_limit=10))
+    assert sol.details["tried"] == ["min_budget"] and sol.min_budget == peak_lower_bound(graph)
