@@ -13,19 +13,15 @@ from remat.solvers.min_budget import min_budget
 from remat.solvers.peak_floor import peak_floor
 
 import exhaustive
+from test_bounds import _random_graph as random_dag
 
 
 def _random_graph(data) -> remat.RematGraph:
-    """A random DAG of up to 7 nodes, random sizes, workspace and static memory."""
-    size = data.draw(st.integers(2, 7))
-    deps = [tuple(sorted(data.draw(st.sets(st.integers(0, t - 1), max_size=min(t, 3)))))
-            if t else () for t in range(size)]
-    mem = data.draw(st.lists(st.integers(0, 9), min_size=size, max_size=size))
-    graph = remat.RematGraph([f"n{i}" for i in range(size)], [1.0] * size, mem, deps,
-                             [i > size // 2 for i in range(size)],
-                             static_mem=data.draw(st.integers(0, 5)))
-    return graph.with_workspace(data.draw(st.lists(st.integers(0, 4), min_size=size,
-                                                   max_size=size)))
+    """test_bounds' random DAG of up to 7 nodes, with random workspace and static memory."""
+    graph = random_dag(data)
+    workspace = data.draw(st.lists(st.integers(0, 4), min_size=graph.size, max_size=graph.size))
+    return remat.RematGraph(graph.names, graph.cost, graph.mem, graph.deps, graph.is_backward,
+                            static_mem=data.draw(st.integers(0, 5)), workspace=workspace)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

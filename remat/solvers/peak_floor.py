@@ -69,8 +69,9 @@ _CACHE: "weakref.WeakKeyDictionary[RematGraph, PeakFloor]" = weakref.WeakKeyDict
 def below_floor(graph: RematGraph, budget: float, time_limit: float | None) -> float | None:
     """The proven least peak (bytes) where ``budget`` is below it, else None: no schedule of
     ``graph`` fits then. ``peak_lower_bound`` first (no search), then ``peak_floor``."""
-    if budget < peak_lower_bound(graph):
-        return peak_lower_bound(graph)
+    operands = peak_lower_bound(graph)
+    if budget < operands:
+        return operands
     seconds = FLOOR_SECONDS if time_limit is None else FLOOR_SHARE * time_limit
     floor = peak_floor(graph, seconds).value
     return floor if budget < floor else None
