@@ -108,3 +108,19 @@ def test_auto_below_the_floor_stops_where_the_descent_meets_it():
     graph = _graph_file("vgg16-module")
     sol = solver("auto")(graph, remat.parse_budget("10%", graph), SolveOptions(time_limit=10))
     assert sol.details["tried"] == ["min_budget"] and sol.min_budget == peak_lower_bound(graph)
+
+
+def test_retention_below_a_known_floor_scans_from_it(monkeypatch):
+    """Once the pebbling floor of random_dag(20) is known (29 MiB), retention at 42% (26.9
+    MiB, above the operand bound) knows no schedule fits: it runs no peak descent toward the
+    budget and scans for its least peak from the floor up (6.6 s -> 1.5 s for auto there)."""
+    from remat.solvers import retention
+
+    def no_descent(*args, **kwargs):
+        raise AssertionError("retention descended toward a budget below the floor")
+
+    graph = remat.graphs.random_dag(20)
+    assert peak_floor(graph, time_limit=10).value == 29 * 2**20
+    monkeypatch.setattr(retention, "_descended", no_descent)
+    sol = solver("retention")(graph, remat.parse_budget("42%", graph), SolveOptions(time_limit=10))
+    assert not sol.feasible and sol.min_budget >= 29 * 2**20

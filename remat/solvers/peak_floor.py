@@ -77,6 +77,13 @@ def below_floor(graph: RematGraph, budget: float, time_limit: float | None) -> f
     return floor if budget < floor else None
 
 
+def known_floor(graph: RematGraph) -> float:
+    """The best proven least peak known without a search: ``peak_lower_bound``, or the cached
+    ``peak_floor`` of an earlier call (auto's, milp's, min_budget's) where that is higher."""
+    known = _CACHE.get(graph)
+    return max(peak_lower_bound(graph), -math.inf if known is None else known.value)
+
+
 def peak_floor(graph: RematGraph, time_limit: float | None = 1.0) -> PeakFloor:
     """The pebbling lower bound on the peak of every schedule (module docstring), at least
     ``peak_lower_bound``; searched for at most ``time_limit`` seconds (None: to the end).

@@ -47,9 +47,10 @@ from remat.schedule.rs import checkpoint_all, tighten
 from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions
-from remat.solvers.bounds import (bound_time, gaps, meets, peak_lower_bound, retained,
+from remat.solvers.bounds import (bound_time, gaps, meets, retained,
                                   retention_bound, runs, stage_room)
 from remat.solvers.descent import descend
+from remat.solvers.peak_floor import known_floor
 
 ROUNDS = 3
 """Weight updates (rebuild costs from the previous K); more rarely helped (measured)."""
@@ -82,7 +83,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         weights = plan.rebuild_costs(kept)
     until = deadline or time.perf_counter() + GROW_SECONDS
     start = _from_bound(plan, budget, known.kept, until)
-    descended = best is None and budget >= peak_lower_bound(graph)
+    descended = best is None and budget >= known_floor(graph)
     if descended:  # no choice of gaps fits: lower the peak of other schedules
         best = _descended(plan, budget, until)
     if best is not None and descended:
@@ -133,15 +134,15 @@ def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
 
 
 def _least_peak(plan: "Plan", budget: float, deadline: float, threads) -> float:
-    """The least peak of the schedules tried (``plan.lowest``), for ``min_budget``. Below
-    ``peak_lower_bound`` no knapsack was tried (no schedule of the graph fits): budgets from
-    that bound up to checkpoint-all's peak (``LEAST_STEPS`` steps) are tried until one fits,
+    """The least peak of the schedules tried (``plan.lowest``), for ``min_budget``. Below the
+    least possible peak known (``known_floor``: no schedule of the graph fits) budgets from
+    that floor up to checkpoint-all's peak (``LEAST_STEPS`` steps) are tried until one fits,
     and their least peak says what this method can meet (keeping nothing peaks higher: gpt2
     at module level, 8.03 MiB, 84% of the way to checkpoint-all's peak, against 3.84 MiB so);
     keep nothing at worst. ``deadline``: the caller's (``GROW_SECONDS`` from its start
     without a limit)."""
     graph = plan.graph
-    floor, top = peak_lower_bound(graph), checkpoint_all_peak(graph)
+    floor, top = known_floor(graph), checkpoint_all_peak(graph)
     for step in range(LEAST_STEPS + 1 if budget < floor else 0):
         if _past(deadline):
             break
@@ -233,7 +234,7 @@ def _from_bound(plan: "Plan", budget: float, kept: frozenset[int] | None,
     if kept is None:
         return None
     found, _ = plan.attempt(set(kept), budget)
-    if found is None and budget >= peak_lower_bound(plan.graph):
+    if found is None and budget >= known_floor(plan.graph):
         now = time.perf_counter()
         point = descend(plan.graph, plan.schedule(set(kept))[1], budget,
                         now + GROW_SHARE * max(0.0, deadline - now), cheap=True)
