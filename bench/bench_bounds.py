@@ -1,7 +1,7 @@
 """Benchmark: certified gaps on zoo models and large random graphs, against Checkmate's MILP.
 
     PYTHONPATH=. python bench/bench_bounds.py [--graphs zoo,random] [--budgets 40%,60%,80%]
-        [--time-limit 60] [--plain-max-nodes 130] [-o bench/results/bounds]
+        [--time-limit 60] [--plain-max-nodes 130] [--methods auto,...] [-o bench/results/bounds]
     PYTHONPATH=. python bench/bench_bounds.py --graphs chains [-o bench/results/bounds_chains]
 
 Graphs: the tiny zoo captured at module and op granularity with FLOP costs (bench/graphs/,
@@ -91,24 +91,32 @@ def chain_rows(limit, sizes=(8, 16, 32, 64, 128), methods=("chain-dp",)):
                                seconds=round(wall, 3), chosen=sol.details.get("chosen"))
 
 
-def rows_for(name, graph, percent, limit, plain_max):
+ROWS = ("bound", "milp-plain", "retention", "best-classic", "auto")
+
+
+def rows_for(name, graph, percent, limit, plain_max, methods=ROWS):
     budget = remat.parse_budget(percent, graph)
     total = graph.total_cost
-    began = time.perf_counter()
-    bound = retention_bound(graph, budget, time_limit=limit)
-    out = [dict(graph=name, T=graph.size, budget=percent, method="bound", status=bound.status,
-                cost=None, bound=_rel(bound.value, total), gap=None,
-                seconds=round(time.perf_counter() - began, 3))]
-    runs = []
-    if graph.size <= plain_max:
+    out, runs = [], []
+    if "bound" in methods:
+        began = time.perf_counter()
+        bound = retention_bound(graph, budget, time_limit=limit)
+        out.append(dict(graph=name, T=graph.size, budget=percent, method="bound",
+                        status=bound.status, cost=None, bound=_rel(bound.value, total), gap=None,
+                        seconds=round(time.perf_counter() - began, 3)))
+    if "milp-plain" in methods and graph.size <= plain_max:
         runs.append(measured("milp-plain", graph, lambda: solve_with(
             graph, budget, SolveOptions(time_limit=limit, warm_start=False), TIGHT,
             retention=False)))
-    runs.append(measured("retention", graph, lambda: solver("retention")(
-        graph, budget, SolveOptions(time_limit=limit))))
-    runs.append(measured("best-classic", graph, lambda: best_baseline(graph, budget, CLASSIC)))
-    runs.append(measured("auto", graph, lambda: solver("auto")(
-        graph, budget, SolveOptions(time_limit=limit))))
+    if "retention" in methods:
+        runs.append(measured("retention", graph, lambda: solver("retention")(
+            graph, budget, SolveOptions(time_limit=limit))))
+    if "best-classic" in methods:
+        runs.append(measured("best-classic", graph,
+                             lambda: best_baseline(graph, budget, CLASSIC)))
+    if "auto" in methods:
+        runs.append(measured("auto", graph, lambda: solver("auto")(
+            graph, budget, SolveOptions(time_limit=limit))))
     for label, sol, wall in runs:
         feasible = sol is not None and sol.feasible
         lower = sol.lower_bound if feasible and label != "best-classic" else None
@@ -167,6 +175,8 @@ def main(argv=None) -> None:
                         help="--graphs chains: layers of each linear(n)")
     parser.add_argument("--chain-methods", default="chain-dp",
                         help="--graphs chains: comma-separated methods (chain-dp, auto)")
+    parser.add_argument("--methods", default=",".join(ROWS),
+                        help="comma-separated rows to run for each zoo or random graph")
     parser.add_argument("-o", "--output", default="bench/results/bounds")
     args = parser.parse_args(argv)
     selected = graphs(args.graphs.split(","))
@@ -183,7 +193,8 @@ def main(argv=None) -> None:
         write(rows, args)
     for name, graph in selected:
         for percent in args.budgets.split(","):
-            for row in rows_for(name, graph, percent, args.time_limit, args.plain_max_nodes):
+            for row in rows_for(name, graph, percent, args.time_limit, args.plain_max_nodes,
+                                tuple(args.methods.split(","))):
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             write(rows, args)
