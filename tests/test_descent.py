@@ -8,6 +8,7 @@ from remat.schedule import simulate
 from remat.solvers.base import SolveOptions, solver
 from remat.solvers.bounds import peak_lower_bound
 from remat.solvers.descent import descend
+from remat.solvers.peak_floor import peak_floor
 from remat.solvers.retention import Plan, _fit
 
 
@@ -115,14 +116,15 @@ def test_auto_below_the_floor_reports_a_budget_it_can_meet_without_milp():
     """Below ``peak_lower_bound`` no schedule fits (proven at once): auto does not run milp
     (whose exact min-peak MILP took the whole limit of each such budget of a sweep), and the
     least budget it reports is one that retention (auto's method at this size) then meets
-    (through its descents: no choice of gaps fits there)."""
+    (through its descents: no choice of gaps fits there). It is proven least: the descent
+    stops at the pebbling floor (3676168 B), so retention's least-peak scan does not run."""
     from test_bounds import _graph_file
 
     graph = _graph_file("gpt2-module")
     budget = remat.parse_budget("20%", graph)
     assert budget < peak_lower_bound(graph)
     sol = solver("auto")(graph, budget, SolveOptions(time_limit=20))
-    assert not sol.feasible and sol.details["tried"] == ["min_budget", "retention"]
-    assert peak_lower_bound(graph) <= sol.min_budget
+    assert not sol.feasible and sol.details["tried"] == ["min_budget"]
+    assert sol.min_budget == peak_floor(graph).value == 3676168
     met = solver("retention")(graph, sol.min_budget, SolveOptions(time_limit=10))
     assert met.feasible and met.peak_memory <= sol.min_budget
