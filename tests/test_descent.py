@@ -125,6 +125,6 @@ def test_auto_below_the_floor_reports_a_budget_it_can_meet_without_milp():
     assert budget < peak_lower_bound(graph)
     sol = solver("auto")(graph, budget, SolveOptions(time_limit=20))
     assert not sol.feasible and sol.details["tried"] == ["min_budget"]
-    assert sol.min_budget == peak_floor(graph).value == 3676168
+    assert sol.min_budget == peak_floor(graph).value == sol.details["floor"] == 3676168
     met = solver("retention")(graph, sol.min_budget, SolveOptions(time_limit=10))
     assert met.feasible and met.peak_memory <= sol.min_budget

@@ -33,7 +33,7 @@ from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, me
 from remat.solvers.bounds import bound_time, meets, retention_bound
 from remat.solvers.chain_dp import chain_of, distinct_segments
 from remat.solvers.min_budget import min_budget
-from remat.solvers.peak_floor import below_floor
+from remat.solvers.peak_floor import below_floor, known_floor
 
 MILP_MAX_NODES = 80
 """milp proves optimality within seconds to a minute up to about this size (bench_milp.py)."""
@@ -163,6 +163,7 @@ def _below_floor(graph: RematGraph, budget: float, floor: float, options: SolveO
             left = max(min(deadline - time.perf_counter(), half), MIN_STEP_SECONDS)
             found = solver("retention")(graph, budget, replace(options, time_limit=left))
             least, tried = min(least, found.min_budget or math.inf), tried + ["retention"]
+    floor = max(floor, known_floor(graph))  # min_budget may have searched it further
     return Solution.infeasible(graph, "auto", budget, least, floor=floor,
                                solve_time=time.perf_counter() - start, tried=tried)
 
