@@ -318,7 +318,7 @@ def test_auto_runs_chain_dp_on_long_chains_before_retention():
     its bound proves the schedule, so nothing runs after it."""
     graph = remat.graphs.linear(110, unit=True)
     sol = remat.solve(graph, "30%", method="auto", time_limit=30)
-    assert sol.status == "optimal"
+    assert sol.status == "optimal" and sol.details["chosen"] == "chain-dp"
     assert sol.details["tried"][-1] == "chain-dp"
     assert sol.compute_cost == pytest.approx(solver("chain-dp")(
         graph, parse_budget("30%", graph), SolveOptions()).compute_cost)

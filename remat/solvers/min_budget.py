@@ -22,7 +22,7 @@ from remat.solvers.base import SolveOptions, solver
 from remat.solvers.bounds import bound_time, peak_lower_bound
 from remat.solvers.descent import descend
 from remat.solvers.milp_model import TIGHT, MilpModel
-from remat.solvers.peak_floor import FLOOR_SECONDS, FLOOR_SHARE, peak_floor
+from remat.solvers.peak_floor import floor_seconds, peak_floor
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
 
     The best baseline's schedule, its peak lowered by the descent (``DESCENT_SHARE`` of the
     time, all of it without ``exact``) toward the pebbling bound (``peak_floor``, searched
-    first for ``FLOOR_SHARE`` of the limit, cached per graph; the descent stops there): where
+    first for ``floor_seconds`` of the limit, cached per graph; the descent stops there): where
     it reaches that bound, it is optimal at once; otherwise, with ``exact``, the bound gets
     the bounds' share of the limit (``bound_time``), then the min-peak MILP runs, warm-started
     from the schedule; without ``exact``, the bound gets what the descent left, and the status
@@ -87,8 +87,7 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
     floor = peak_lower_bound(graph)
     peak, R, S = smallest_baseline(graph)
     if peak > floor:  # the pebbling bound: proof, and where the descent may stop
-        floor = peak_floor(graph, FLOOR_SECONDS if options.time_limit is None
-                           else FLOOR_SHARE * options.time_limit).value
+        floor = peak_floor(graph, floor_seconds(options.time_limit)).value
     if peak > floor:
         share = DESCENT_SHARE if exact else 1.0
         deadline = None if options.time_limit is None else \

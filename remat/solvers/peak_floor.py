@@ -68,8 +68,8 @@ class PeakFloor:
 
 
 FLOOR_SHARE = 0.05
-"""Of a solver's time limit, what ``below_floor`` gives the search (cached per graph, so a
-sweep pays once); ``FLOOR_SECONDS`` without a limit."""
+"""Of a solver's time limit, what it gives the search (``floor_seconds``; cached per graph,
+so a sweep pays once); ``FLOOR_SECONDS`` without a limit."""
 FLOOR_SECONDS = 1.0
 
 _CACHE: "weakref.WeakKeyDictionary[RematGraph, PeakFloor]" = weakref.WeakKeyDictionary()
@@ -81,9 +81,13 @@ def below_floor(graph: RematGraph, budget: float, time_limit: float | None) -> f
     operands = peak_lower_bound(graph)
     if budget < operands:
         return operands
-    seconds = FLOOR_SECONDS if time_limit is None else FLOOR_SHARE * time_limit
-    floor = peak_floor(graph, seconds).value
+    floor = peak_floor(graph, floor_seconds(time_limit)).value
     return floor if budget < floor else None
+
+
+def floor_seconds(time_limit: float | None) -> float:
+    """The seconds a solver with ``time_limit`` gives ``peak_floor`` before its own work."""
+    return FLOOR_SECONDS if time_limit is None else FLOOR_SHARE * time_limit
 
 
 def known_floor(graph: RematGraph) -> float:
