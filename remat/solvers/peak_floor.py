@@ -34,10 +34,10 @@ included; one run, 2 shared cores): random_dag(20) 26214400 (one node's operands
 after 900 s (least known peak 35651584); gpt2 at module level 3545096 -> 3676168 in 1 s (20
 s before ``_dominated``), its least known peak, so ``min_budget`` is proven there;
 fcn_resnet50 at op level 13742544 -> 16495056 in 1 s (least known 19294672); resnet50 at
-module and op level +131 kB in 1 s (exact in 13.4 s at module level); random_dag(250) +1.5 MB
-in 1 s. Exact in well under a second on VGG-16, U-Net (module) and random_dag(30), MobileNetV2
-in 3.8 s (module) and 16.8 s (op). On those, U-Net (op), fcn_resnet50 (module) and
-random_dag(500) it adds nothing to the operand bound in 20 s.
+module and op level +131 kB in 1 s (exact in 13.4 s at module level); random_dag(250) +1.5 MiB
+in 1 s; random_dag(30) +3 MiB, exact in 0.4 s. It adds nothing to the operand bound on VGG-16,
+U-Net, MobileNetV2 (exact in under a second on VGG-16 and U-Net's module graph, in 3.8 s and
+16.8 s on MobileNetV2's module and op graphs), fcn_resnet50 (module) and random_dag(500) in 20 s.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ from remat.solvers.bounds import peak_lower_bound
 FIRST_STATES = 100
 """Sets each value's search may pop on the first pass (times four on each later pass). With
 ``_dominated``, 100 rather than 500 gets the first pass over all values sooner: resnet50 at op
-level reaches 6230408 B in 1 s (500: 2.5 s), random_dag(250) +1.5 MB in 1 s (500: 5 s); U-Net
+level reaches 6230408 B in 1 s (500: 2.5 s), random_dag(250) +1.5 MiB in 1 s (500: 5 s); U-Net
 at op level no longer ends exact in 0.35 s (same value, cut)."""
 
 
