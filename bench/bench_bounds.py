@@ -41,7 +41,7 @@ from pathlib import Path
 
 import remat
 from remat.solvers import SolveOptions, solver
-from remat.solvers.base import CLASSIC, NO_SCHEDULE_YET
+from remat.solvers.base import CLASSIC
 from remat.solvers.bounds import forget_bounds, retention_bound
 from remat.solvers.milp import best_baseline, solve_with
 from remat.solvers.milp_model import TIGHT
@@ -131,9 +131,9 @@ def rows_for(name, graph, percent, limit, plain_max, methods=ROWS):
 
 
 def _status(sol):
-    """The solver's status, except "no schedule" where it stopped before it found one (its
-    "infeasible" then proves nothing)."""
-    if sol is None or sol.details.get("reason") == NO_SCHEDULE_YET:
+    """The solver's status, except "no schedule" where it found none and did not prove that
+    none exists (``Solution.proven_infeasible``)."""
+    if sol is None or (not sol.feasible and not sol.proven_infeasible):
         return "no schedule"
     return sol.status
 

@@ -49,7 +49,11 @@ def test_errors_are_reported_not_raised(graph_file, tmp_path, capsys):
 
 
 def test_infeasible_exit_code(graph_file, capsys):
+    # a heuristic that finds nothing proves nothing; auto proves 1% below the least peak
     assert main(["solve", graph_file, "--budget", "1%", "--method", "chen-greedy"]) == 3
+    out = capsys.readouterr().out
+    assert "no schedule" in out and "infeasible" not in out
+    assert main(["solve", graph_file, "--budget", "1%", "--method", "auto"]) == 3
     assert "infeasible" in capsys.readouterr().out
 
 

@@ -125,6 +125,33 @@ def test_auto_below_the_floor_reports_a_budget_it_can_meet_without_milp():
     assert budget < peak_lower_bound(graph)
     sol = solver("auto")(graph, budget, SolveOptions(time_limit=20))
     assert not sol.feasible and sol.details["tried"] == ["min_budget"]
+    assert sol.proven_infeasible
     assert sol.min_budget == peak_floor(graph).value == sol.details["floor"] == 3676168
     met = solver("retention")(graph, sol.min_budget, SolveOptions(time_limit=10))
     assert met.feasible and met.peak_memory <= sol.min_budget
+
+
+def test_auto_says_when_finding_no_schedule_proves_nothing():
+    """random_dag(20, seed=1), 15% of the way from its pebbling floor to checkpoint-all's peak:
+    above the floor, yet retention and milp find no schedule (none in 90 s each, one-off) and
+    nothing proves that none exists. auto says so: not proven infeasible, a reason, and the
+    error message says so too."""
+    import pytest
+
+    from remat.schedule.budget import checkpoint_all_peak
+    from remat.solvers.api import _infeasible_message
+
+    graph = remat.graphs.random_dag(20, seed=1)
+    floor = peak_floor(graph, None)
+    assert floor.exact
+    budget = floor.value + 0.15 * (checkpoint_all_peak(graph) - floor.value)
+    sol = solver("auto")(graph, budget, SolveOptions(time_limit=4))
+    assert not sol.feasible and not sol.proven_infeasible
+    assert sol.details["reason"] and "milp" in sol.details["tried"]
+    assert "not proven" in _infeasible_message("auto", budget, budget, sol)
+    with pytest.raises(remat.InfeasibleBudgetError, match="not proven"):
+        remat.solve(graph, budget, time_limit=4)
+    found = solver("retention")(graph, budget, SolveOptions(time_limit=3))
+    assert not found.feasible and not found.proven_infeasible
+    below = solver("retention")(graph, floor.value - 1, SolveOptions(time_limit=3))
+    assert below.proven_infeasible

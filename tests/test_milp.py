@@ -92,7 +92,7 @@ def test_milp_equals_exhaustive_search(name):
         assert sol.compute_cost == pytest.approx(exhaustive.optimal_cost(graph, budget))
         check_fits(graph, sol, budget)
     below = solver("milp")(graph, low * (1 - 1e-6) - 1e-9, SolveOptions())
-    assert below.status == "infeasible" and below.min_budget == pytest.approx(low)
+    assert below.proven_infeasible and below.min_budget == pytest.approx(low)
 
 
 @pytest.mark.parametrize("graph", [remat.graphs.linear(2, unit=True), remat.graphs.linear(2)])

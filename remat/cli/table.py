@@ -10,7 +10,8 @@ HEADER = ("method", "status", "peak", "budget", "overhead", "bound", "gap", "tim
 def solution_row(sol: Solution) -> tuple[str, ...]:
     if not sol.feasible:
         need = "" if sol.min_budget is None else f"needs {format_bytes(sol.min_budget)}"
-        return (sol.method, "infeasible", need, format_bytes(sol.budget), "-", "-", "-",
+        status = "infeasible" if sol.proven_infeasible else "no schedule"
+        return (sol.method, status, need, format_bytes(sol.budget), "-", "-", "-",
                 f"{sol.solve_time:.2f}s")
     gap = sol.gap
     bound = sol.lower_bound / sol.compute_cost * sol.overhead if sol.compute_cost else 1.0

@@ -22,7 +22,8 @@ class Solution:
     ``overhead`` is ``compute_cost / sum(cost)`` (1.0: nothing recomputed). ``lower_bound`` is a
     proven lower bound on the compute cost of any schedule within ``budget`` (at least the
     total cost of the graph). For status ``"infeasible"``, R and S are None and ``min_budget``
-    says the smallest budget the method can meet.
+    says the smallest budget the method can meet; ``proven_infeasible`` says whether no
+    schedule of any method can fit.
     """
 
     method: str
@@ -69,6 +70,13 @@ class Solution:
     @property
     def feasible(self) -> bool:
         return self.status != "infeasible"
+
+    @property
+    def proven_infeasible(self) -> bool:
+        """No schedule at all fits the budget, proven (``details["proven"]``: the exact MILP or
+        CP model, or the LP relaxation, is infeasible, or the budget is below the least possible
+        peak). Otherwise "infeasible" says only that this method found no schedule."""
+        return self.status == "infeasible" and bool(self.details.get("proven"))
 
     @property
     def gap(self) -> float | None:

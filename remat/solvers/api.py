@@ -38,6 +38,8 @@ def _infeasible_message(method: str, budget, budget_bytes: float, result: Soluti
     if result.details.get("floor") is not None:
         hint = f"No schedule of this graph peaks below {format_bytes(result.details['floor'])} " \
                "(proven). Raise the budget."
+    elif result.proven_infeasible:
+        hint = "No schedule fits this budget (proven). Raise the budget."
     elif result.details.get("reason"):
         hint = f"({result.details['reason']}: infeasibility is not proven; raise time_limit " \
                "or the budget.)"

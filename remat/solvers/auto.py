@@ -60,6 +60,8 @@ no cost to stop at, ran for its whole 3 s of 30 on linear(128, unit=True) at 30%
 chain-dp proves optimal in 0.6 s)."""
 EXACT_METHODS = ("chain-dp", "milp", "lp-rounding")
 """The methods after the baselines: whoever comes before one of them leaves it half the time."""
+NONE_FOUND = "no method found a schedule within the time limit"
+"""``details["reason"]`` of auto's "infeasible" where nothing proved it."""
 MIN_STEP_SECONDS = 0.1
 """The least time a method gets once the limit is spent (the baselines take milliseconds)."""
 CHAIN_DP_SECONDS = 10.0
@@ -131,8 +133,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     reached = [r.min_budget for r in results if r.min_budget is not None]
     min_budget = min(reached + [r.peak_memory for r in feasible], default=None)
     if not feasible:
-        return Solution.infeasible(graph, "auto", budget, min_budget, solve_time=elapsed,
-                                   tried=[r.method for r in results])
+        return _none_found(graph, budget, min_budget, results, elapsed)
     best = _cheapest(feasible)
     status = "optimal" if meets(best.compute_cost, bound) else \
         ("timeout" if any(r.status == "timeout" for r in results) else "feasible")
@@ -164,8 +165,22 @@ def _below_floor(graph: RematGraph, budget: float, floor: float, options: SolveO
             found = solver("retention")(graph, budget, replace(options, time_limit=left))
             least, tried = min(least, found.min_budget or math.inf), tried + ["retention"]
     floor = max(floor, known_floor(graph))  # min_budget may have searched it further
-    return Solution.infeasible(graph, "auto", budget, least, floor=floor,
+    return Solution.infeasible(graph, "auto", budget, least, floor=floor, proven=True,
                                solve_time=time.perf_counter() - start, tried=tried)
+
+
+def _none_found(graph: RematGraph, budget: float, min_budget: float | None,
+                results: list[Solution], elapsed: float) -> Solution:
+    """No method found a schedule: proven infeasible only where an exact method proved it
+    (milp's or lp-rounding's model infeasible); otherwise ``reason`` says it proves nothing
+    (random_dag(20, seed=1) 15% of the way from its pebbling floor to checkpoint-all's peak:
+    retention and milp find nothing in 20 s, and no proof either)."""
+    tried = [r.method for r in results]
+    if any(r.proven_infeasible for r in results):
+        return Solution.infeasible(graph, "auto", budget, min_budget, solve_time=elapsed,
+                                   proven=True, tried=tried)
+    return Solution.infeasible(graph, "auto", budget, min_budget, solve_time=elapsed,
+                               reason=NONE_FOUND, tried=tried)
 
 
 def _proof_left(result: Solution, later: list[str]) -> bool:

@@ -135,7 +135,7 @@ def _solution(graph, budget, built, cp, cp_model, code, warm, start, options) ->
     if code == cp_model.INFEASIBLE:
         least = min_budget(graph, SolveOptions(time_limit=options.time_limit))
         return Solution.infeasible(graph, "cpsat", budget, least.peak_memory,
-                                   solve_time=time.perf_counter() - start)
+                                   solve_time=time.perf_counter() - start, proven=True)
     bound = graph.total_cost
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         bound = max(bound, cp.BestObjectiveBound() / COST_SCALE)

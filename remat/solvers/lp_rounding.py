@@ -66,8 +66,9 @@ def finish(graph, budget, method, relaxed, rounded, began, time_limit=None,
         limit = 10.0 if time_limit is None else time_limit
         if S_frac is not None:
             smallest = least_peak
-        elif details.get("lp_status") == "infeasible":
+        elif details.get("lp_status") == "infeasible":  # of the exact model: proven
             smallest = min_budget(graph, SolveOptions(time_limit=limit)).peak_memory
+            details["proven"] = True
         else:  # the LP ran out of time: nothing is known about the budget
             smallest = None
         return Solution.infeasible(graph, method, budget, smallest, solve_time=elapsed,

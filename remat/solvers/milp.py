@@ -171,7 +171,7 @@ def _infeasible(graph, budget, method, began, options, **details) -> Solution:
                                               seed=options.seed))
     details["min_budget_status"] = smallest.status
     return Solution.infeasible(graph, method, budget, smallest.peak_memory,
-                               solve_time=time.perf_counter() - began, **details)
+                               solve_time=time.perf_counter() - began, proven=True, **details)
 
 
 def _schedule(graph, model, x, budget):

@@ -98,8 +98,9 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         best = _search(plan, budget, best, until, options.seed, options.threads, known.value)
     if best is None:  # min_budget: the least peak this method reaches
         least = _least_peak(plan, budget, until, options.threads)
+        proof = {"proven": True} if budget < known_floor(graph) else {}  # below the least peak
         return Solution.infeasible(graph, "retention", budget, least,
-                                   solve_time=time.perf_counter() - began, tries=tries)
+                                   solve_time=time.perf_counter() - began, tries=tries, **proof)
     elapsed = time.perf_counter() - began
     status = "optimal" if meets(best[0], known.value) else \
         ("timeout" if _past(deadline) else "feasible")
