@@ -492,3 +492,16 @@ def test_auto_stops_after_chain_dp_searched_its_class():
     alone = solver("chain-dp")(graph, parse_budget("20%", graph), SolveOptions(time_limit=3))
     assert sol.compute_cost == pytest.approx(alone.compute_cost)
     assert sol.status == "timeout" and sol.lower_bound < sol.compute_cost
+
+
+def test_cpsat_below_the_least_peak_is_proven_infeasible():
+    """One byte below the least peak (min_budget, exact on linear(4)): CP-SAT proves the
+    model infeasible, which proves that no schedule fits."""
+    pytest.importorskip("ortools")
+    from remat.solvers.min_budget import min_budget
+
+    graph = remat.graphs.linear(4)
+    least = min_budget(graph)
+    assert least.status == "optimal"
+    sol = solver("cpsat")(graph, least.peak_memory - 1, SolveOptions(time_limit=20.0))
+    assert sol.proven_infeasible and sol.min_budget == least.peak_memory
