@@ -142,3 +142,33 @@ def test_sets_with_a_smaller_set_at_no_larger_key_are_skipped():
         floor[target], done = _bottleneck(target, mem, own, inputs, floor, 20000, math.inf)
         assert done
     assert graph.static_mem + max(floor) == 25690112 == peak_floor(graph, None).value
+
+
+@pytest.mark.parametrize("unit", [True, False])
+def test_a_chain_schedule_at_the_operand_bound_settles_the_floor_without_a_search(unit):
+    """On linear(n) the least-peak persistent schedule peaks at one node's operands, which
+    is then the least peak, exact: ``below_floor`` answers without searching (the search
+    itself does not finish on linear(128) in 1.5 s)."""
+    import time
+
+    from remat.solvers.chain_dp import least_peak
+    from remat.solvers.peak_floor import below_floor, reached
+
+    graph = remat.graphs.linear(128, unit=unit)
+    operands = peak_lower_bound(graph)
+    assert least_peak(graph) == operands
+    reached(graph, least_peak(graph))
+    began = time.perf_counter()
+    assert below_floor(graph, operands, time_limit=30) is None
+    assert below_floor(graph, operands - 1, time_limit=30) == operands
+    assert peak_floor(graph, 30.0) == peak_floor(graph, None)  # cached, exact
+    assert peak_floor(graph).exact and peak_floor(graph).value == operands
+    assert time.perf_counter() - began < 0.5
+
+
+def test_auto_records_a_chain_least_peak_before_the_floor():
+    from remat.solvers.peak_floor import _CACHE
+
+    graph = remat.graphs.linear(16)
+    sol = solver("auto")(graph, peak_lower_bound(graph), SolveOptions(time_limit=10))
+    assert sol.feasible and _CACHE[graph].exact and _CACHE[graph].seconds == 0.0

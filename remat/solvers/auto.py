@@ -31,9 +31,9 @@ from remat.schedule.solution import Solution
 from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, method_applies,
                                 solver)
 from remat.solvers.bounds import bound_time, meets, retention_bound
-from remat.solvers.chain_dp import chain_of, distinct_segments
+from remat.solvers.chain_dp import chain_of, distinct_segments, least_peak
 from remat.solvers.min_budget import min_budget
-from remat.solvers.peak_floor import below_floor, known_floor
+from remat.solvers.peak_floor import below_floor, known_floor, reached
 
 MILP_MAX_NODES = 80
 """milp proves optimality within seconds to a minute up to about this size (bench_milp.py)."""
@@ -103,6 +103,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
     deadline = start + options.time_limit
+    if _chain_dp_after_retention(graph) is False:  # a chain whose DP is quick
+        reached(graph, least_peak(graph))
     floor = below_floor(graph, budget, options.time_limit)
     if floor is not None:
         return _below_floor(graph, budget, floor, options, start)
@@ -130,8 +132,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     elapsed = time.perf_counter() - start
     bound = _bound(known, results)
     # the least budget some method met or says it can meet (never above a schedule found)
-    reached = [r.min_budget for r in results if r.min_budget is not None]
-    min_budget = min(reached + [r.peak_memory for r in feasible], default=None)
+    met = [r.min_budget for r in results if r.min_budget is not None]
+    min_budget = min(met + [r.peak_memory for r in feasible], default=None)
     if not feasible:
         return _none_found(graph, budget, min_budget, results, elapsed)
     best = _cheapest(feasible)
