@@ -103,7 +103,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
     deadline = start + options.time_limit
-    if _chain_dp_after_retention(graph) is False:  # a chain whose DP is quick
+    if _chain_dp_after_retention(graph) is not None:  # chains: no floor search (``reached``)
         reached(graph, least_peak(graph))
     floor = below_floor(graph, budget, options.time_limit)
     if floor is not None:
