@@ -415,8 +415,9 @@ def test_graded_dp_fits_and_is_exact_on_a_whole_grid(n):
 def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkeypatch):
     """Heterogeneous linear(192): 18721 distinct segments, a persistent recursion of 12-38 s,
     so retention (which proves 30% and 60% in ~3 s) goes first; chain-dp, last, gets all that
-    is left (a fake clock: each method uses all it is given). Unit linear(512) (26 s to over
-    30 s) has no chain-dp."""
+    is left (a fake clock: each method uses all it is given). On unit linear(192) chain-dp runs
+    before griewank (1 s of simulations at 128 layers). Unit linear(512) (26 s to over 30 s)
+    has no chain-dp."""
     from types import SimpleNamespace
 
     from remat.solvers import auto
@@ -424,8 +425,8 @@ def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkey
     graph = remat.graphs.linear(192)
     methods = auto.candidate_methods(graph)
     assert methods[-2:] == ["retention", "chain-dp"]
-    assert auto.candidate_methods(remat.graphs.linear(192, unit=True))[-2:] == \
-        ["chain-dp", "retention"]
+    assert auto.candidate_methods(remat.graphs.linear(192, unit=True))[-3:] == \
+        ["chain-dp", "griewank", "retention"]  # where chain-dp proves, griewank never runs
     assert "chain-dp" not in auto.candidate_methods(remat.graphs.linear(512, unit=True))
     clock, given = [0.0], {}
     stand_in = solver("chen-sqrtn")(graph, parse_budget("60%", graph), SolveOptions())
@@ -505,3 +506,18 @@ def test_cpsat_below_the_least_peak_is_proven_infeasible():
     assert least.status == "optimal"
     sol = solver("cpsat")(graph, least.peak_memory - 1, SolveOptions(time_limit=20.0))
     assert sol.proven_infeasible and sol.min_budget == least.peak_memory
+
+
+def test_auto_proves_a_quick_chain_without_griewank():
+    """linear(64, unit) at 60% of its range: chain-dp's schedule meets its bound, so auto
+    stops before griewank (its simulation of every slot count: 0.1 s at 64 layers, 0.5 s at
+    128, 1.4 s at 192)."""
+    from remat.schedule.budget import checkpoint_all_peak
+    from remat.solvers.bounds import peak_lower_bound
+
+    graph = remat.graphs.linear(64, unit=True)
+    least = peak_lower_bound(graph)
+    budget = least + 0.6 * (checkpoint_all_peak(graph) - least)
+    sol = solver("auto")(graph, budget, SolveOptions(time_limit=30))
+    assert sol.status == "optimal" and sol.details["chosen"] == "chain-dp"
+    assert "griewank" not in sol.details["tried"]
