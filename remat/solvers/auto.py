@@ -78,7 +78,7 @@ def candidate_methods(graph: RematGraph) -> list[str]:
     """The methods ``auto`` tries on this graph, cheapest first."""
     methods = applicable(graph, BASELINES)
     after = _chain_dp_after_retention(graph)
-    if after is not None:  # before griewank where quick: its proof skips griewank's 1 s
+    if after is not None:  # before griewank where quick: where it proves, griewank never runs
         first = "griewank" if "griewank" in methods else "retention"
         methods.insert(methods.index("retention") + 1 if after else methods.index(first),
                        "chain-dp")

@@ -98,7 +98,7 @@ def reached(graph: RematGraph, peak: float) -> None:
     """Record that a schedule of ``graph`` peaks at ``peak`` bytes (simulated): no floor is
     above it, so ``below_floor`` needs no search at budgets from it up, and where it meets
     ``peak_lower_bound`` that is the least peak, exact. On chains the least-peak persistent
-    schedule does (every ``linear(n)`` measured, n = 64-384, unit or not), which saves the
+    schedule does (every ``linear(n)`` measured, n = 8-384, unit or not), which saves the
     search ``floor_seconds`` of auto's limit (1.5 s of 30; the search does not finish on
     linear(128) in that time)."""
     _REACHED[graph] = min(peak, _REACHED.get(graph, math.inf))

@@ -170,7 +170,7 @@ def _descended(plan: "Plan", budget: float, deadline: float) -> tuple | None:
     cheapest schedule at 33% at 1.34 (bound 1.32); at 3.676 MB, its least known peak, the
     looser starts fit (0.6-0.9 s each), and of the other four only checkpoint-all's by peak."""
     graph = plan.graph
-    found, tries = [], len(LOOSER) + 4
+    found, tries = [], len(LOOSER) + 4  # then (lowest, checkpoint-all) x (cost-aware, by peak)
     for k, share in enumerate(LOOSER):
         until = _share_of(deadline, tries - k)
         start = _looser(plan, budget, share, until)
