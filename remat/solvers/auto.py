@@ -18,7 +18,9 @@ Where chain-dp searched its whole class and no milp follows, the rest of the tim
 the bound (``_proof_left``).
 A budget below the least possible peak (``peak_floor.below_floor``: one node's operands, then
 the pebbling bound; no schedule fits, proven) ends the call early with the least budget auto
-can meet (``_below_floor``).
+can meet (``_below_floor``). Where no method found a schedule above it and none proved that
+none fits, the time left goes to the least peak (``_lowest_left``) and the result says that
+nothing is proven (``_none_found``).
 ``time_limit`` (default ``DEFAULT_TIME_LIMIT`` seconds) bounds the whole call: each method gets
 what is left (``_share``: half of it when an exact method follows), so the call ends within
 the limit plus the last method's overrun (a HiGHS solve or simulation in progress).
