@@ -1,5 +1,6 @@
 """The fast methods: chain-dp (optimal schedule of a chain by dynamic programming) and cpsat
 (milp's model on CP-SAT)."""
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -325,16 +326,61 @@ def test_auto_runs_chain_dp_on_long_chains_before_retention():
         graph, parse_budget("30%", graph), SolveOptions()).compute_cost)
 
 
+def compiled_and_python(graph, free):
+    """(cost, solves, schedule) of the persistent recursion at ``free`` bytes above static
+    memory, in C and in Python."""
+    from remat.solvers import chain_dp
+
+    chain = chain_of(graph)
+    out = []
+    for compiled in (True, False):
+        cost, dp = chain_dp.persistent_cost(chain, free, compiled=compiled)
+        ops = dp.schedule_ops(usable(chain, free)) if cost < np.inf else None
+        out.append((cost, dp.solves, ops, type(dp).__name__))
+    return out
+
+
+def test_the_compiled_persistent_recursion_is_the_python_one():
+    """The C recursion (built by ``make setup``) gives the Python recursion's cost, number of
+    solves and schedule, bit for bit: on random integer chains with and without workspace, on
+    unit and heterogeneous linear chains, at budgets from below the least peak to above the
+    store-all peak."""
+    from remat.solvers import chain_dp
+    from test_workspace import with_random_workspace
+
+    assert chain_dp._chain_persistent is not None, "the C extension was not built (make setup)"
+    graphs = [random_chain(n, seed) for n in (2, 5, 9, 14) for seed in range(3)]
+    graphs += [with_random_workspace(g, 7) for g in graphs[::2]]
+    graphs += [remat.graphs.linear(n, unit=unit) for n in (8, 24, 48) for unit in (True, False)]
+    compared = 0
+    for graph in graphs:
+        least = chain_dp.least_peak(graph) - graph.static_mem
+        top = checkpoint_all_peak(graph) - graph.static_mem
+        for share in np.linspace(-0.1, 1.1, 13):
+            (c_cost, c_solves, c_ops, kind), python = compiled_and_python(
+                graph, least + share * (top - least))
+            assert kind == "_Compiled" and python[3] == "_ChainDP"
+            assert (c_cost, c_solves, c_ops) == python[:3], (graph.size, share)
+            compared += c_cost < np.inf
+    assert compared > 200  # most budgets have a schedule
+
+
 def test_chain_dp_stops_at_its_time_limit():
-    """The persistent recursion on a long heterogeneous chain (12-38 s at 192 layers) stops at
-    the limit and returns the least-peak persistent schedule, "timeout"; a search or bound
-    cut short is "timeout" too."""
-    graph = remat.graphs.linear(192)
+    """The persistent recursion on a long heterogeneous chain (in C, 3-18 s at 384 layers; in
+    Python, 12-38 s at 192) stops at the limit and returns the least-peak persistent schedule,
+    "timeout"; a search or bound cut short is "timeout" too."""
+    from remat.solvers.chain_dp import _OutOfTime, persistent_cost
+
+    graph = remat.graphs.linear(384)
     budget = parse_budget("30%", graph)
     sol = solver("chain-dp")(graph, budget, SolveOptions(time_limit=1))
     assert sol.status == "timeout" and sol.details["fallback"] == "least-peak"  # no time left
     assert sol.peak_memory <= budget and sol.lower_bound == graph.total_cost
-    assert sol.solve_time < 10  # 1.05 s measured
+    assert sol.solve_time < 10  # 2.0 s measured
+    graph = remat.graphs.linear(192)
+    with pytest.raises(_OutOfTime):
+        persistent_cost(chain_of(graph), parse_budget("30%", graph) - graph.static_mem,
+                        time.perf_counter() + 0.5, compiled=False)
     graph = remat.graphs.linear(64, unit=True)
     least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
     budget = least + 0.1 * (checkpoint_all_peak(graph) - least)

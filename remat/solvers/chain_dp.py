@@ -72,20 +72,23 @@ budget intervals found by bisection (the least cost is a step function of the bu
 search is branch and bound (a caller passes the most it could use; a search that proves it
 cannot meet that stops and records a lower bound), the schedule of the nearest solved budget
 below is the incumbent to beat, and segments with equal content share their states. The
-persistent recursion runs first (the old solver: ~0.5 s / ~3 s at n = 128 unit / heterogeneous,
-bench/results/fast_chains_bb.csv); the full class
-is then searched only for something strictly cheaper, a search that is mostly a proof and is
-bounded by ``SolveOptions.time_limit``. The persistent recursion gets all but
-``FALLBACK_SHARE`` of the limit; where it does not finish (heterogeneous chains of more than
-~150 layers), ``solve`` returns the cheaper of two persistent schedules that fits, status
+persistent recursion runs first, in C where ``setup.py`` built ``_chain_persistent.c`` (the
+same recursion, float for float; ``_Compiled``): heterogeneous linear(n) at 0-60% of the
+budget range takes 0.03-0.06 s at n = 128, 0.13-0.7 s at 192, 0.8-2.5 s at 256 and 3-18 s
+at 384, unit chains 0.01-0.24 s up to 384 layers (the Python recursion: ~2 s at 128
+heterogeneous, 12-38 s at 192; bench/results/fast_notes.md, session 16). The full class is
+then searched, in Python, only for something strictly cheaper, a search that is mostly a
+proof and is bounded by ``SolveOptions.time_limit``. The persistent recursion gets all but
+``FALLBACK_SHARE`` of the limit; where it does not finish (heterogeneous chains of several
+hundred layers), ``solve`` returns the cheaper of two persistent schedules that fits, status
 "timeout": the one of least peak (``least_peak_tables``, numpy: 0.1 s at 192 layers, 0.9 s
 at 384) and the recursion's on a budget grid (``_Graded``, numpy, O(n^3) per grid level:
 0.5-0.8 s with 16 levels at 192 layers, 5-8 s at 384), on as many levels as the time left
 allows (heterogeneous linear(192) at its least peak: 1.33 of the total cost, the least-peak
 schedule 1.90). ``solve`` skips the search of the full class where the retention bound
 already meets the persistent cost, and gives what is left of the limit to the bound where it
-does not meet the final cost. It is O(n^4) states x budget steps in pure Python:
-seconds at n = 64 and past 30 s at n = 128 (bench/results/fast_notes.md, session 4).
+does not meet the final cost. The full class is O(n^4) states x budget steps in pure
+Python: seconds at n = 64 and past 30 s at n = 128 (bench/results/fast_notes.md, session 4).
 
 A node's transient workspace (``RematGraph.workspace``) is added to its own candidate: in the
 sweeps, in ``need``/``own`` (each backward node's own operands) and in ``store_peak``, exactly
@@ -109,6 +112,11 @@ from remat.schedule.rs import s_from_r
 from remat.schedule.solution import Solution
 from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
 from remat.solvers.bounds import bound_time, meets, retention_bound
+
+try:  # the persistent recursion in C (setup.py builds it); else the Python one below
+    from remat.solvers import _chain_persistent
+except ImportError:
+    _chain_persistent = None
 
 INF = float("inf")
 FALLBACK_SHARE = 0.25
@@ -514,6 +522,16 @@ class _ChainDP:
             self.recomputed_held(u, t, top, mp, e2, budget, ops)
             self.recomputed_drop(u, mp - 1, e2, m, e, budget, ops)
 
+    def schedule_ops(self, budget: float) -> list[tuple[int, int]]:
+        """The (stage, node) forward recomputations of the root's schedule at ``budget``."""
+        ops: list[tuple[int, int]] = []
+        limit = _deep_recursion(self.c)
+        try:
+            self.recomputed(0, self.n - 1, 0, budget, ops)
+        finally:
+            sys.setrecursionlimit(limit)
+        return ops
+
     def min_peak(self, whole: bool) -> float:
         """The smallest peak above static memory of any schedule in the DP's class (equal to
         exhaustive search wherever measured, module docstring). The best persistent schedule's
@@ -877,22 +895,62 @@ def optimal_cost(chain: Chain, free_mem: float,
 def distinct_segments(chain: Chain) -> int:
     """How many different segment subproblems the DP has (segments of equal content share
     their states): what its time grows with. Heterogeneous linear(n): (n+1)(n+2)/2, 8385 at
-    n = 128 (persistent recursion ~2.5 s) and 18721 at 192 (12-38 s); unit chains 3n."""
+    n = 128 (persistent recursion in C 0.03-0.06 s, in Python ~2 s) and 18721 at 192 (C
+    0.13-0.7 s, Python 12-38 s); unit chains 3n."""
     ids = _ChainDP(chain, extended=False).segment_id
     return len({i for row in ids for i in row if i >= 0})
 
 
-def persistent_cost(chain: Chain, free_mem: float,
-                    deadline: float | None = None) -> tuple[float, _ChainDP]:
+def persistent_cost(chain: Chain, free_mem: float, deadline: float | None = None,
+                    compiled: bool = True) -> tuple[float, "_ChainDP | _Compiled"]:
     """The least cost of a persistent schedule (Rotor's class; fast), and its DP. Raises
-    ``_OutOfTime`` past ``deadline`` (heterogeneous chains: ~2.5 s at n = 128, 12-38 s at 192,
-    59-95 s at 256, bench/results/fast_notes.md, session 10)."""
+    ``_OutOfTime`` past ``deadline``. ``compiled``: by the C recursion where it was built
+    (``_Compiled``; heterogeneous chains: 0.03-0.06 s at n = 128, 0.8-2.5 s at 256, 3-18 s at
+    384), else by the Python one (~2 s at n = 128, 12-38 s at 192, 59-95 s at 256,
+    bench/results/fast_notes.md, sessions 10 and 16)."""
+    if compiled and _chain_persistent is not None:
+        persistent = _Compiled(chain, usable(chain, free_mem), deadline)
+        return persistent.cost, persistent
     limit = _deep_recursion(chain)
     try:
         persistent = _ChainDP(chain, extended=False, deadline=deadline)
         return persistent.best(0, persistent.n - 1, 0, usable(chain, free_mem))[0], persistent
     finally:
         sys.setrecursionlimit(limit)
+
+
+class _Compiled:
+    """The persistent recursion of ``_ChainDP`` (``extended=False``) run in C
+    (``_chain_persistent.c``) at one budget: the same states, order and float operations, so
+    the same cost, schedule and number of solves. Holds the answer, not the states."""
+
+    def __init__(self, chain: Chain, budget: float, deadline: float | None):
+        self.c, self.budget = chain, budget
+        self.complete = False
+        tables = _ChainDP(chain, extended=False)
+        self.n = n = tables.n
+        ids = np.array(tables.segment_id)
+        segment = np.zeros((n, n), dtype=np.intc)
+        upper = ids >= 0
+        kinds, segment[upper] = np.unique(ids[upper], return_inverse=True)
+        seconds = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
+        doubles = [np.ascontiguousarray(v, dtype=np.float64) for v in (
+            tables.fp, tables.bp, tables.fcost, tables.mem, tables.fws, tables.grad,
+            tables.base, tables.need, tables.store_peak)]
+        found = _chain_persistent.solve(n, *doubles, segment, len(kinds), float(budget), seconds)
+        if found is None:
+            raise _OutOfTime
+        self.cost, self.peak, self.solves, sweeps = found
+        self.ops: list[tuple[int, int]] = []
+        for k in range(0, len(sweeps), 3):
+            tables._sweep_ops(*sweeps[k:k + 3], self.ops)
+
+    def schedule_ops(self, budget: float) -> list[tuple[int, int]]:
+        """The (stage, node) forward recomputations of the schedule found."""
+        if budget != self.budget:
+            raise RematError(f"chain-dp: the compiled recursion solved budget {self.budget}, "
+                             f"not {budget}")
+        return list(self.ops)
 
 
 def search_below(chain: Chain, free_mem: float, cost: float, persistent: _ChainDP,
@@ -931,13 +989,7 @@ def min_free_mem(chain: Chain, deadline: float | None = None) -> float:
 def schedule(graph: RematGraph, dp: _ChainDP, free_mem: float) -> tuple[np.ndarray, np.ndarray]:
     """R/S of the optimal schedule the DP found (every node in its own stage, plus the
     forward recomputations of the backward stages)."""
-    ops: list[tuple[int, int]] = []
-    limit = _deep_recursion(dp.c)
-    try:
-        dp.recomputed(0, dp.n - 1, 0, usable(dp.c, free_mem), ops)
-    finally:
-        sys.setrecursionlimit(limit)
-    return _r_s(graph, ops)
+    return _r_s(graph, dp.schedule_ops(usable(dp.c, free_mem)))
 
 
 def _r_s(graph: RematGraph, ops: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
