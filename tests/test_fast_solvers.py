@@ -459,21 +459,22 @@ def test_graded_dp_fits_and_is_exact_on_a_whole_grid(n):
 
 
 def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkeypatch):
-    """Heterogeneous linear(192): 18721 distinct segments, a persistent recursion of 12-38 s,
-    so retention (which proves 30% and 60% in ~3 s) goes first; chain-dp, last, gets all that
-    is left (a fake clock: each method uses all it is given). On unit linear(192) chain-dp runs
-    before griewank (1 s of simulations at 128 layers). Unit linear(512) (26 s to over 30 s)
-    has no chain-dp."""
+    """Heterogeneous linear(384) (in C; 74305 distinct segments, a persistent recursion of 3-18
+    s) or linear(192) (in Python; 18721, 12-38 s): retention goes first, and chain-dp, last,
+    gets all that is left (a fake clock: each method uses all it is given). On unit
+    linear(192) chain-dp runs first (where it proves, the baselines and griewank never run).
+    Past ``CHAIN_DP_MAX`` layers there is no chain-dp."""
     from types import SimpleNamespace
 
     from remat.solvers import auto
 
-    graph = remat.graphs.linear(192)
+    graph = remat.graphs.linear(384 if auto.COMPILED else 192)
     methods = auto.candidate_methods(graph)
-    assert methods[-2:] == ["retention", "chain-dp"]
-    assert auto.candidate_methods(remat.graphs.linear(192, unit=True))[-3:] == \
-        ["chain-dp", "griewank", "retention"]  # where chain-dp proves, griewank never runs
-    assert "chain-dp" not in auto.candidate_methods(remat.graphs.linear(512, unit=True))
+    assert methods[0] != "chain-dp" and methods[-2:] == ["retention", "chain-dp"]
+    assert auto.candidate_methods(remat.graphs.linear(192, unit=True))[:2] == \
+        ["chain-dp", "checkpoint-all"]
+    longest = auto.CHAIN_DP_MAX[0]
+    assert "chain-dp" not in auto.candidate_methods(remat.graphs.linear(longest + 1, unit=True))
     clock, given = [0.0], {}
     stand_in = solver("chen-sqrtn")(graph, parse_budget("60%", graph), SolveOptions())
 

@@ -2,12 +2,12 @@
 
 Runs the methods that suit the graph in order of cost, stopping as soon as a schedule meets
 the best lower bound proved so far, and returns the cheapest schedule that fits with that
-bound: the classic baselines always; on chains of up to ``CHAIN_DP_MAX`` layers ``chain-dp``
-(its recursions stop at its share of the time; before ``griewank``, whose simulations of
-every slot count take 0.5 s at 128 layers, 1.4 s at 192, so that where chain-dp proves its schedule
-griewank never runs; after ``retention`` where its DP is large, ``CHAIN_DP_FIRST``); on
-chains, the least-peak persistent schedule first (``peak_floor.reached``: no floor search);
-then
+bound: on chains of up to ``CHAIN_DP_MAX`` layers ``chain-dp`` (its recursions stop at its
+share of the time; first, where its DP is small, ``CHAIN_DP_FIRST``, so that where it proves
+its schedule nothing else runs: the classic baselines take 1.6 s at 384 layers and griewank's
+simulations of every slot count 0.5 s at 128 layers, 1.4 s at 192; else after
+``retention``); the classic baselines always; on chains, the least-peak persistent schedule
+first (``peak_floor.reached``: no floor search); then
 auto proves the retention bound itself (``remat.solvers.bounds``: a small knapsack, usually
 well under a second; chain-dp proves its own) and runs ``retention`` (the schedule of the
 bound's knapsack, and its local search); then ``milp``,
@@ -36,7 +36,7 @@ from remat.schedule.solution import Solution
 from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, method_applies,
                                 solver)
 from remat.solvers.bounds import bound_time, meets, retention_bound
-from remat.solvers.chain_dp import chain_of, distinct_segments, least_peak
+from remat.solvers.chain_dp import COMPILED, chain_of, distinct_segments, least_peak
 from remat.solvers.min_budget import min_budget
 from remat.solvers.peak_floor import below_floor, known_floor, reached
 
@@ -48,16 +48,21 @@ bench/graphs/resnet50-module.json (T = 266) at 60% returned lp_status "timeout" 
 and in bench/results/bounds.csv auto never chose lp-rounding above T = 129; at T = 88 its
 rounding won."""
 DEFAULT_TIME_LIMIT = 30.0
-CHAIN_DP_FIRST = (256, 10_000)
+CHAIN_DP_FIRST = (512, 40_000) if COMPILED else (256, 10_000)
 """chain-dp runs before retention on chains of at most this many layers whose DP has at most
 this many distinct segments (``chain_dp.distinct_segments``): its persistent recursion then
-takes seconds (heterogeneous linear(128), 8385 segments: ~2.5 s; unit chains of 256 layers,
-768 segments: 3.2 s). Heterogeneous linear(192) (18721) takes 12-38 s, and there retention,
-first, proves 30% and 60% in 3.6 and 2.7 s (bench/results/fast_notes.md, session 10)."""
-CHAIN_DP_MAX = (384, 20_000)
-"""Longer chains, or more segments, and auto leaves chain-dp out: its persistent recursion
-takes 10-12 s on unit chains of 384 layers, 26 s to over 30 s at 512, 59-95 s on
-heterogeneous linear(256) (33153 segments)."""
+takes at most seconds. In C (``chain_dp.COMPILED``): heterogeneous linear(256), 33153
+segments, 0.8-2.5 s at 0-60% of the budget range; unit chains of 512 layers, 1536 segments,
+0.2-0.5 s (bench/results/fast_notes.md, session 16). In Python: heterogeneous linear(128),
+8385 segments, ~2.5 s; unit chains of 256 layers, 768 segments, 3.2 s; heterogeneous
+linear(192) (18721) takes 12-38 s, and there retention, first, proves 30% and 60% in 3.6 and
+2.7 s (session 10)."""
+CHAIN_DP_MAX = (512, 80_000) if COMPILED else (384, 20_000)
+"""Longer chains, or more segments, and auto leaves chain-dp out. In C: heterogeneous
+linear(384) (74305 segments) takes 3-18 s, after retention; heterogeneous linear(320) 1.8-6.6
+s; unit chains of 768 layers 0.5-1.7 s but their least-peak schedule (``least_peak``, which
+auto records first) 6.7 s. In Python: 10-12 s on unit chains of 384 layers, 26 s to over 30 s
+at 512, 59-95 s on heterogeneous linear(256) (33153 segments)."""
 BEFORE_BOUND = CLASSIC + ("chain-dp",)
 """The methods auto runs before proving its own bound: the classic baselines take
 milliseconds, and chain-dp proves its own, stopping as soon as it meets its cost (auto's, with
@@ -72,20 +77,19 @@ LOWEST_LEFT_SECONDS = 1.0
 MIN_STEP_SECONDS = 0.1
 """The least time a method gets once the limit is spent (the baselines take milliseconds)."""
 CHAIN_DP_SECONDS = 10.0
-"""The most auto gives chain-dp: past it the persistent schedule stands (or, on a
-heterogeneous chain of more than ~150 layers, whose persistent recursion takes ~2.5 s at 128
-layers and 12-38 s at 192, its least-peak schedule), and retention and milp (short chains)
-get their turn sooner."""
+"""The most auto gives chain-dp: past it the persistent schedule stands (or, where the
+persistent recursion itself did not finish, its least-peak schedule), and retention and milp
+(short chains) get their turn sooner."""
 
 
 def candidate_methods(graph: RematGraph) -> list[str]:
     """The methods ``auto`` tries on this graph, cheapest first."""
     methods = applicable(graph, BASELINES)
     after = _chain_dp_after_retention(graph)
-    if after is not None:  # before griewank where quick: where it proves, griewank never runs
-        first = "griewank" if "griewank" in methods else "retention"
-        methods.insert(methods.index("retention") + 1 if after else methods.index(first),
-                       "chain-dp")
+    if after:
+        methods.insert(methods.index("retention") + 1, "chain-dp")
+    elif after is not None:  # first where quick: where it proves, nothing else runs
+        methods.insert(0, "chain-dp")
     if graph.size <= MILP_MAX_NODES:
         methods.append("milp")
     elif graph.size <= LP_MAX_NODES:

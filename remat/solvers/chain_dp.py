@@ -117,6 +117,8 @@ try:  # the persistent recursion in C (setup.py builds it); else the Python one 
     from remat.solvers import _chain_persistent
 except ImportError:
     _chain_persistent = None
+COMPILED = _chain_persistent is not None
+"""Whether the persistent recursion runs in C (``auto`` sizes chain-dp's share by it)."""
 
 INF = float("inf")
 FALLBACK_SHARE = 0.25
@@ -175,6 +177,13 @@ def chain_of(graph: RematGraph) -> Chain:
                  bwd_ws=tuple(float(ws[2 * n - k]) for k in range(n)), loss_ws=float(ws[n]))
 
 
+TABLES_KEPT = 4
+"""How many chains' budget-independent tables (``need``, ``store_peak``, ``own``,
+``segment_id``) stay cached: auto builds a chain's DP up to four times (segment count,
+least-peak schedule, persistent recursion, full class)."""
+_TABLES: dict[Chain, tuple] = {}
+
+
 class _ChainDP:
     """Memoised branch-and-bound recursion over the states of the module docstring (``seg``:
     (s, t, top); ``drop``: (u, t, top, m, e)), each state's value function stored as
@@ -226,11 +235,17 @@ class _ChainDP:
         self.fp = _prefix(self.fcost)
         self.bp = _prefix(self.bcost)
         self.base = [0.0] + list(self.mem[:n - 1])  # base[s]: size of a_{s-1}
-        self.need, self.store_peak = _range_tables(self)
-        # own[m][t]: the largest of b_m..b_t's own candidates (need without a held base)
-        self.own = [list(itertools.accumulate(
-            (self.need[k][k] if k >= m else -INF for k in range(n)), max)) for m in range(n)]
-        self.segment_id = _segment_ids(self)
+        tables = _TABLES.get(chain)
+        if tables is None:  # O(n^2) Python: 0.1 s at 384 layers; read-only, so shared
+            need, store_peak = _range_tables(self)
+            # own[m][t]: the largest of b_m..b_t's own candidates (need without a held base)
+            own = [list(itertools.accumulate(
+                (need[k][k] if k >= m else -INF for k in range(n)), max)) for m in range(n)]
+            tables = (need, store_peak, own, _segment_ids(self))
+            if len(_TABLES) >= TABLES_KEPT:
+                _TABLES.pop(next(iter(_TABLES)))
+            _TABLES[chain] = tables
+        self.need, self.store_peak, self.own, self.segment_id = tables
 
     def store_cost(self, s: int, t: int, top: int) -> float:
         """Cost of stages b_t..b_s when every value is stored: each node once."""
