@@ -326,43 +326,52 @@ def test_auto_runs_chain_dp_on_long_chains_before_retention():
         graph, parse_budget("30%", graph), SolveOptions()).compute_cost)
 
 
-def compiled_and_python(graph, free):
-    """(cost, solves, schedule) of the persistent recursion at ``free`` bytes above static
-    memory, in C and in Python."""
+def recursions(graph, free, compiled):
+    """What each recursion of chain-dp gives at ``free`` bytes above static memory: the
+    persistent one, the full class with no cutoff, and the full class searched below the
+    persistent cost (``optimal_cost``): costs, peaks, solve counts and schedules."""
     from remat.solvers import chain_dp
 
     chain = chain_of(graph)
+    budget = usable(chain, free)
     out = []
-    for compiled in (True, False):
-        cost, dp = chain_dp.persistent_cost(chain, free, compiled=compiled)
-        ops = dp.schedule_ops(usable(chain, free)) if cost < np.inf else None
-        out.append((cost, dp.solves, ops, type(dp).__name__))
+    cost, dp = chain_dp.persistent_cost(chain, free, compiled=compiled)
+    out += [cost, dp.solves, dp.schedule_ops(budget) if cost < np.inf else None]
+    if compiled:
+        full = chain_dp._Compiled(chain, budget, None, extended=True)
+        answer = (full.cost, full.peak)
+    else:
+        full = chain_dp._ChainDP(chain)
+        answer = full.best(0, full.n - 1, 0, budget)
+    out += [answer, full.solves, full.schedule_ops(budget) if answer[0] < np.inf else None]
+    cost, dp = chain_dp.optimal_cost(chain, free, compiled=compiled)
+    out += [cost, dp.complete, dp.schedule_ops(budget) if cost < np.inf else None]
     return out
 
 
-def test_the_compiled_persistent_recursion_is_the_python_one():
-    """The C recursion (built by ``make setup``) gives the Python recursion's cost, number of
-    solves and schedule, bit for bit: on random integer chains with and without workspace, on
-    unit and heterogeneous linear chains, at budgets from below the least peak to above the
-    store-all peak."""
+def test_the_compiled_recursions_are_the_python_ones():
+    """The C recursions (built by ``make setup``) give the Python recursions' costs, peaks,
+    numbers of solves and schedules, bit for bit, persistent and full class, with and without
+    a cutoff: on random integer chains with and without workspace, on unit and heterogeneous
+    linear chains, at budgets from below the least peak to above the store-all peak."""
     from remat.solvers import chain_dp
     from test_workspace import with_random_workspace
 
-    assert chain_dp._chain_persistent is not None, "the C extension was not built (make setup)"
+    assert chain_dp.COMPILED, "the C extension was not built (make setup)"
     graphs = [random_chain(n, seed) for n in (2, 5, 9, 14) for seed in range(3)]
     graphs += [with_random_workspace(g, 7) for g in graphs[::2]]
-    graphs += [remat.graphs.linear(n, unit=unit) for n in (8, 24, 48) for unit in (True, False)]
-    compared = 0
+    graphs += [remat.graphs.linear(n, unit=unit) for n in (8, 16, 24) for unit in (True, False)]
+    compared = cheaper = 0
     for graph in graphs:
         least = chain_dp.least_peak(graph) - graph.static_mem
         top = checkpoint_all_peak(graph) - graph.static_mem
         for share in np.linspace(-0.1, 1.1, 13):
-            (c_cost, c_solves, c_ops, kind), python = compiled_and_python(
-                graph, least + share * (top - least))
-            assert kind == "_Compiled" and python[3] == "_ChainDP"
-            assert (c_cost, c_solves, c_ops) == python[:3], (graph.size, share)
-            compared += c_cost < np.inf
-    assert compared > 200  # most budgets have a schedule
+            free = least + share * (top - least)
+            found = recursions(graph, free, compiled=True)
+            assert found == recursions(graph, free, compiled=False), (graph.size, share)
+            compared += found[0] < np.inf
+            cheaper += found[6] < found[0]
+    assert compared > 200 and cheaper > 0  # most budgets have a schedule; some a cheaper one
 
 
 def test_chain_dp_stops_at_its_time_limit():

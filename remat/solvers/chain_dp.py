@@ -113,12 +113,12 @@ from remat.schedule.solution import Solution
 from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
 from remat.solvers.bounds import bound_time, meets, retention_bound
 
-try:  # the persistent recursion in C (setup.py builds it); else the Python one below
-    from remat.solvers import _chain_persistent
+try:  # the recursions in C (setup.py builds them); else the Python ones below
+    from remat.solvers import _chain_dp_c
 except ImportError:
-    _chain_persistent = None
-COMPILED = _chain_persistent is not None
-"""Whether the persistent recursion runs in C (``auto`` sizes chain-dp's share by it)."""
+    _chain_dp_c = None
+COMPILED = _chain_dp_c is not None
+"""Whether the recursions run in C (``auto`` sizes chain-dp's share by it)."""
 
 INF = float("inf")
 FALLBACK_SHARE = 0.25
@@ -898,13 +898,13 @@ def _deep_recursion(chain: Chain):
     return limit
 
 
-def optimal_cost(chain: Chain, free_mem: float,
-                 deadline: float | None = None) -> tuple[float, _ChainDP]:
+def optimal_cost(chain: Chain, free_mem: float, deadline: float | None = None,
+                 compiled: bool = True) -> tuple[float, "_ChainDP | _Compiled"]:
     """The least compute cost within ``free_mem`` bytes above static memory (inf if none),
     and the DP that found it: the persistent recursion, then the full class searched for
-    something cheaper (``search_below``)."""
-    cost, persistent = persistent_cost(chain, free_mem)
-    return search_below(chain, free_mem, cost, persistent, deadline)
+    something cheaper (``search_below``); in C where built and ``compiled``."""
+    cost, persistent = persistent_cost(chain, free_mem, compiled=compiled)
+    return search_below(chain, free_mem, cost, persistent, deadline, compiled)
 
 
 def distinct_segments(chain: Chain) -> int:
@@ -923,7 +923,7 @@ def persistent_cost(chain: Chain, free_mem: float, deadline: float | None = None
     (``_Compiled``; heterogeneous chains: 0.03-0.06 s at n = 128, 0.8-2.5 s at 256, 3-18 s at
     384), else by the Python one (~2 s at n = 128, 12-38 s at 192, 59-95 s at 256,
     bench/results/fast_notes.md, sessions 10 and 16)."""
-    if compiled and _chain_persistent is not None:
+    if compiled and COMPILED:
         persistent = _Compiled(chain, usable(chain, free_mem), deadline)
         return persistent.cost, persistent
     limit = _deep_recursion(chain)
@@ -935,13 +935,15 @@ def persistent_cost(chain: Chain, free_mem: float, deadline: float | None = None
 
 
 class _Compiled:
-    """The persistent recursion of ``_ChainDP`` (``extended=False``) run in C
-    (``_chain_persistent.c``) at one budget: the same states, order and float operations, so
-    the same cost, schedule and number of solves. Holds the answer, not the states."""
+    """A recursion of ``_ChainDP`` (persistent, or the full class if ``extended``) run in C
+    (``_chain_dp_c.c``) at one budget and cutoff (those of ``best``): the same states, order
+    and float operations, so the same cost, schedule and number of solves. Holds the
+    answer, not the states. Raises ``_OutOfTime`` past ``deadline``."""
 
-    def __init__(self, chain: Chain, budget: float, deadline: float | None):
+    def __init__(self, chain: Chain, budget: float, deadline: float | None,
+                 extended: bool = False, cutoff: float = INF):
         self.c, self.budget = chain, budget
-        self.complete = False
+        self.complete = extended
         tables = _ChainDP(chain, extended=False)
         self.n = n = tables.n
         ids = np.array(tables.segment_id)
@@ -951,8 +953,9 @@ class _Compiled:
         seconds = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
         doubles = [np.ascontiguousarray(v, dtype=np.float64) for v in (
             tables.fp, tables.bp, tables.fcost, tables.mem, tables.fws, tables.grad,
-            tables.base, tables.need, tables.store_peak)]
-        found = _chain_persistent.solve(n, *doubles, segment, len(kinds), float(budget), seconds)
+            tables.base, tables.need, tables.own, tables.store_peak)]
+        found = _chain_dp_c.solve(n, *doubles, segment, len(kinds), extended, float(budget),
+                                  float(cutoff), seconds)
         if found is None:
             raise _OutOfTime
         self.cost, self.peak, self.solves, sweeps = found
@@ -962,31 +965,36 @@ class _Compiled:
 
     def schedule_ops(self, budget: float) -> list[tuple[int, int]]:
         """The (stage, node) forward recomputations of the schedule found."""
-        if budget != self.budget:
-            raise RematError(f"chain-dp: the compiled recursion solved budget {self.budget}, "
-                             f"not {budget}")
+        if budget != self.budget or self.peak == INF:
+            raise RematError(f"chain-dp: the compiled recursion has no schedule for budget "
+                             f"{budget} (it solved {self.budget})")
         return list(self.ops)
 
 
-def search_below(chain: Chain, free_mem: float, cost: float, persistent: _ChainDP,
-                 deadline: float | None = None) -> tuple[float, _ChainDP]:
+def search_below(chain: Chain, free_mem: float, cost: float, persistent: "_ChainDP | _Compiled",
+                 deadline: float | None = None,
+                 compiled: bool = True) -> tuple[float, "_ChainDP | _Compiled"]:
     """Search the full class for a schedule cheaper than ``cost`` (the persistent optimum);
     its cutoff makes the search mostly a proof. Returns the least cost and the DP holding its
     schedule (``complete`` True); past ``deadline`` (a ``time.perf_counter()`` value) the
     persistent answer, ``complete`` False."""
+    budget, cutoff = usable(chain, free_mem), cost * (1 - 1e-12)
     limit = _deep_recursion(chain)
     try:
-        full = _ChainDP(chain, deadline=deadline)
-        try:
-            better, peak = full.best(0, full.n - 1, 0, usable(chain, free_mem), cost * (1 - 1e-12))
-        except _OutOfTime:
-            return cost, persistent
-        if peak < INF or cost == INF:
-            return min(better, cost), full
-        persistent.complete = True  # nothing in the full class is cheaper
+        if compiled and COMPILED:
+            full = _Compiled(chain, budget, deadline, extended=True, cutoff=cutoff)
+            better, peak = full.cost, full.peak
+        else:
+            full = _ChainDP(chain, deadline=deadline)
+            better, peak = full.best(0, full.n - 1, 0, budget, cutoff)
+    except _OutOfTime:
         return cost, persistent
     finally:
         sys.setrecursionlimit(limit)
+    if peak < INF or cost == INF:
+        return min(better, cost), full
+    persistent.complete = True  # nothing in the full class is cheaper
+    return cost, persistent
 
 
 def min_free_mem(chain: Chain, deadline: float | None = None) -> float:
