@@ -349,11 +349,12 @@ def recursions(graph, free, compiled):
     return out
 
 
-def test_the_compiled_recursions_are_the_python_ones():
+def test_the_compiled_recursions_are_the_python_ones(monkeypatch):
     """The C recursions (built by ``make setup``) give the Python recursions' costs, peaks,
     numbers of solves and schedules, bit for bit, persistent and full class, with and without
-    a cutoff: on random integer chains with and without workspace, on unit and heterogeneous
-    linear chains, at budgets from below the least peak to above the store-all peak."""
+    a cutoff, and the same least peak of the class: on random integer chains with and
+    without workspace, on unit and heterogeneous linear chains, at budgets from below the
+    least peak to above the store-all peak."""
     from remat.solvers import chain_dp
     from test_workspace import with_random_workspace
 
@@ -371,6 +372,11 @@ def test_the_compiled_recursions_are_the_python_ones():
             assert found == recursions(graph, free, compiled=False), (graph.size, share)
             compared += found[0] < np.inf
             cheaper += found[6] < found[0]
+        chain = chain_of(graph)
+        least = chain_dp.min_free_mem(chain)
+        with monkeypatch.context() as patch:
+            patch.setattr(chain_dp, "COMPILED", False)
+            assert chain_dp.min_free_mem(chain) == least
     assert compared > 200 and cheaper > 0  # most budgets have a schedule; some a cheaper one
 
 

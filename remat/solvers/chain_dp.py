@@ -1,5 +1,5 @@
 """``chain-dp``: the optimal schedule of a linear chain by dynamic programming (Rotor-style,
-extended with non-persistent checkpoints), in milliseconds to seconds up to n = 32-64.
+extended with non-persistent checkpoints), in C: milliseconds to seconds up to n = 128-256.
 
 The chain (``remat.graphs.linear``) has forward nodes f_0..f_{n-1}, the loss L, and backward
 nodes b_k reading g_{k+1} (the gradient from above, L for k = n-1), a_{k-1} and a_k (a_i is the
@@ -71,24 +71,25 @@ Costs and sizes are exact (no memory discretization). Speed: each state's answer
 budget intervals found by bisection (the least cost is a step function of the budget), the
 search is branch and bound (a caller passes the most it could use; a search that proves it
 cannot meet that stops and records a lower bound), the schedule of the nearest solved budget
-below is the incumbent to beat, and segments with equal content share their states. The
-persistent recursion runs first, in C where ``setup.py`` built ``_chain_persistent.c`` (the
-same recursion, float for float; ``_Compiled``): heterogeneous linear(n) at 0-60% of the
-budget range takes 0.03-0.06 s at n = 128, 0.13-0.7 s at 192, 0.8-2.5 s at 256 and 3-18 s
-at 384, unit chains 0.01-0.24 s up to 384 layers (the Python recursion: ~2 s at 128
-heterogeneous, 12-38 s at 192; bench/results/fast_notes.md, session 16). The full class is
-then searched, in Python, only for something strictly cheaper, a search that is mostly a
-proof and is bounded by ``SolveOptions.time_limit``. The persistent recursion gets all but
-``FALLBACK_SHARE`` of the limit; where it does not finish (heterogeneous chains of several
-hundred layers), ``solve`` returns the cheaper of two persistent schedules that fits, status
-"timeout": the one of least peak (``least_peak_tables``, numpy: 0.1 s at 192 layers, 0.9 s
-at 384) and the recursion's on a budget grid (``_Graded``, numpy, O(n^3) per grid level:
-0.5-0.8 s with 16 levels at 192 layers, 5-8 s at 384), on as many levels as the time left
-allows (heterogeneous linear(192) at its least peak: 1.33 of the total cost, the least-peak
-schedule 1.90). ``solve`` skips the search of the full class where the retention bound
-already meets the persistent cost, and gives what is left of the limit to the bound where it
-does not meet the final cost. The full class is O(n^4) states x budget steps in pure
-Python: seconds at n = 64 and past 30 s at n = 128 (bench/results/fast_notes.md, session 4).
+below is the incumbent to beat, and segments with equal content share their states. Both
+recursions run in C where ``setup.py`` built ``_chain_dp_c.c`` (the same recursions, float
+for float; ``_Compiled``; else in Python). The persistent recursion runs first:
+heterogeneous linear(n) at 0-60% of the budget range takes 0.03-0.06 s at n = 128, 0.13-0.7
+s at 192, 0.8-2.5 s at 256 and 3-18 s at 384, unit chains 0.01-0.24 s up to 384 layers (in
+Python: ~2 s at 128 heterogeneous, 12-38 s at 192). The full class is then searched only for
+something strictly cheaper, a search that is mostly a proof and is bounded by
+``SolveOptions.time_limit``: in C, unit linear(64) at 10% of the range 0.06 s (Python 5.2
+s), heterogeneous linear(128) at 10% 2.2 s and at its least peak 4.2 s (Python: past 30 s),
+linear(192) at 10% 16 s (bench/results/fast_notes.md, session 16). The persistent recursion
+gets all but ``FALLBACK_SHARE`` of the limit; where it does not finish (heterogeneous chains
+of several hundred layers), ``solve`` returns the cheaper of two persistent schedules that
+fits, status "timeout": the one of least peak (``least_peak_tables``, numpy: 0.1 s at 192
+layers, 0.9 s at 384) and the recursion's on a budget grid (``_Graded``, numpy, O(n^3) per
+grid level: 0.5-0.8 s with 16 levels at 192 layers, 5-8 s at 384), on as many levels as the
+time left allows (heterogeneous linear(192) at its least peak: 1.33 of the total cost, the
+least-peak schedule 1.90). ``solve`` skips the search of the full class where the retention
+bound already meets the persistent cost, and gives what is left of the limit to the bound
+where it does not meet the final cost.
 
 A node's transient workspace (``RematGraph.workspace``) is added to its own candidate: in the
 sweeps, in ``need``/``own`` (each backward node's own operands) and in ``store_peak``, exactly
@@ -547,21 +548,23 @@ class _ChainDP:
             sys.setrecursionlimit(limit)
         return ops
 
-    def min_peak(self, whole: bool) -> float:
+    def min_peak(self, whole: bool, solve=None) -> float:
         """The smallest peak above static memory of any schedule in the DP's class (equal to
         exhaustive search wherever measured, module docstring). The best persistent schedule's
         peak (``_persistent_min_peak``) is reachable; below it, bisection on the DP's own
         feasibility down to ``need`` (below it nothing fits). ``whole``: every size is a whole
         number of bytes, so peaks are whole and the bisection is exact; otherwise it stops at
-        a relative 1e-12 above a budget found infeasible."""
+        a relative 1e-12 above a budget found infeasible. ``solve(budget) -> (cost, peak)``:
+        the root's answer (default: this DP's ``best``)."""
         root = (0, self.n - 1, 0)
+        solve = solve or (lambda budget: self.best(*root, budget))
         high = self._persistent_min_peak()
         low = self.need[0][self.n - 1] - (1.0 if whole else 0.0)  # known infeasible (or need)
         probe = high - 1.0 if whole else None
         while high - low > (1.0 if whole else 1e-12 * abs(high)):
             if probe is None:
                 probe = math.floor((low + high) / 2) if whole else (low + high) / 2
-            cost, peak = self.best(*root, probe)
+            cost, peak = solve(probe)
             if cost < INF:
                 high = peak
             else:
@@ -999,10 +1002,16 @@ def search_below(chain: Chain, free_mem: float, cost: float, persistent: "_Chain
 
 def min_free_mem(chain: Chain, deadline: float | None = None) -> float:
     """The smallest peak above static memory of any schedule of ``chain`` in the DP's class
-    (past ``deadline``: of any persistent schedule, an upper bound)."""
+    (past ``deadline``: of any persistent schedule, an upper bound); each probe of the
+    bisection in C where built (a fresh search per probe), else in one Python DP."""
+    def compiled(budget: float) -> tuple[float, float]:
+        found = _Compiled(chain, budget, deadline, extended=True)
+        return found.cost, found.peak
+
     limit = _deep_recursion(chain)
     try:
-        return _ChainDP(chain, deadline=deadline).min_peak(whole_sizes(chain))
+        return _ChainDP(chain, deadline=deadline).min_peak(whole_sizes(chain),
+                                                            compiled if COMPILED else None)
     except _OutOfTime:
         return _ChainDP(chain)._persistent_min_peak()
     finally:
