@@ -84,7 +84,7 @@ def chain_rows(limit, sizes=(8, 16, 32, 64, 128), methods=("chain-dp",)):
                     _, sol, wall = measured(method, graph, lambda: solver(method)(
                         graph, budget, SolveOptions(time_limit=limit)))
                     yield dict(graph=f"linear{n}{'-unit' if unit else ''}", T=graph.size,
-                               budget=f"f={fraction}", method=method, status=sol.status,
+                               budget=f"f={fraction}", method=method, status=_status(sol),
                                cost=_rel(sol.compute_cost, graph.total_cost),
                                bound=_rel(sol.lower_bound, graph.total_cost),
                                gap=sol.compute_cost / sol.lower_bound - 1,

@@ -93,6 +93,12 @@ spans (linear(128): 65792, proving chain-dp optimal at its smallest budget in
 resnet50 at module level: 70490; fcn_resnet50 at op level: 179504)."""
 
 
+MOMENT_CHAIN_COLUMNS = 300_000
+"""``MOMENT_COLUMNS`` on chains (``RematGraph.is_chain``), whose moment models solve fast and
+are what proves a chain at its least peak: linear(192, unit) (147840) and linear(256, unit)
+(262656) there, proven optimal by auto in 3.9 and 7.9 s (bench/results/fast_notes.md, session
+16; with the general cap their bound stayed at 1.50 of the total cost, against 48.1 and 64.1)."""
+
 RECOMPUTE_COLUMNS = 5_000
 """The largest graph (``moment_size``) on which the moment model with recomputation rows
 (``_recompute_rows``) is solved. They multiply its columns by 3.5 and leave its LP relaxation
@@ -128,7 +134,8 @@ def peak_lower_bound(graph: RematGraph) -> float:
 MODELS = ("first", "staged", "chained", "moment", "recompute")
 """The models ``retention_bound`` solves in turn, each in the time the ones before left: the
 gap knapsack with first-stage rebuild rows, with per-stage ones (``STAGED_COLUMNS``), with
-chained ones (``CHAINED_COLUMNS``), the moment model (``MOMENT_COLUMNS``), then the moment
+chained ones (``CHAINED_COLUMNS``), the moment model (``MOMENT_COLUMNS``, on chains
+``MOMENT_CHAIN_COLUMNS``), then the moment
 model with the memory at each recomputation (``RECOMPUTE_COLUMNS``; only for a caller that
 holds a schedule the others do not meet: ``enough``). Each is valid alone; the best bound
 counts."""
@@ -192,7 +199,8 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             status = "timeout"  # a later call with more time solves the rest
             break
         if name == "moment":
-            model = _moment_model(graph, room) if size <= MOMENT_COLUMNS else None
+            cap = MOMENT_CHAIN_COLUMNS if graph.is_chain else MOMENT_COLUMNS
+            model = _moment_model(graph, room) if size <= cap else None
             offset, gap_columns = total, None
         elif name == "recompute":
             if size > RECOMPUTE_COLUMNS:
