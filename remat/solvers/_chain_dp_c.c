@@ -57,7 +57,7 @@ typedef struct {
     long long solves;
     double deadline; /* CLOCK_MONOTONIC seconds; < 0: none */
     jmp_buf fail;
-    int failure; /* 1: out of time, 2: out of memory, 3: lost interval */
+    int failure; /* 1: out of time, 2: out of memory, 3: lost interval, 4: a signal */
     int *ops;
     Py_ssize_t nops, opscap;
 } DP;
@@ -524,9 +524,15 @@ static Answer lookup(DP *dp, Steps *st, int kind, Py_ssize_t s, Py_ssize_t t, in
             }
         }
         dp->solves++;
-        if (dp->deadline >= 0 && !(dp->solves & 1023) && now() > dp->deadline) {
-            dp->failure = 1;
-            longjmp(dp->fail, 1);
+        if (!(dp->solves & 1023)) {
+            if (dp->deadline >= 0 && now() > dp->deadline) {
+                dp->failure = 1;
+                longjmp(dp->fail, 1);
+            }
+            if (PyErr_CheckSignals() < 0) { /* Ctrl-C: KeyboardInterrupt is set */
+                dp->failure = 4;
+                longjmp(dp->fail, 1);
+            }
         }
         if (kind == SEG)
             found = split(dp, s, t, top, budget, cutoff, in_cost, in_peak, in_choice, &choice);
@@ -700,6 +706,7 @@ static PyObject *run(DP *dp, double budget, double cutoff) {
     if (setjmp(dp->fail)) {
         if (dp->failure == 1) Py_RETURN_NONE;
         if (dp->failure == 2) return PyErr_NoMemory();
+        if (dp->failure == 4) return NULL;
         PyErr_SetString(PyExc_RuntimeError, "_chain_dp_c: a solved budget lost its interval "
                         "while rebuilding the schedule; please report this chain");
         return NULL;
