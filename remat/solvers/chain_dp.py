@@ -948,16 +948,9 @@ class _Compiled:
         self.c, self.budget = chain, budget
         self.complete = extended
         tables = _ChainDP(chain, extended=False)
-        self.n = n = tables.n
-        ids = np.array(tables.segment_id)
-        segment = np.zeros((n, n), dtype=np.intc)
-        upper = ids >= 0
-        kinds, segment[upper] = np.unique(ids[upper], return_inverse=True)
+        self.n = tables.n
         seconds = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
-        doubles = [np.ascontiguousarray(v, dtype=np.float64) for v in (
-            tables.fp, tables.bp, tables.fcost, tables.mem, tables.fws, tables.grad,
-            tables.base, tables.need, tables.own, tables.store_peak)]
-        found = _chain_dp_c.solve(n, *doubles, segment, len(kinds), extended, float(budget),
+        found = _chain_dp_c.solve(tables.n, *_packed(tables), extended, float(budget),
                                   float(cutoff), seconds)
         if found is None:
             raise _OutOfTime
@@ -972,6 +965,27 @@ class _Compiled:
             raise RematError(f"chain-dp: the compiled recursion has no schedule for budget "
                              f"{budget} (it solved {self.budget})")
         return list(self.ops)
+
+
+def _packed(tables: _ChainDP) -> tuple:
+    """The C recursion's table arguments for ``tables``' chain (``_chain_dp_c.c``), cached
+    like the tables (a bisection calls it per probe: 30 ms each at 512 layers)."""
+    found = _PACKED.get(tables.c)
+    if found is None:
+        n, ids = tables.n, np.array(tables.segment_id)
+        segment = np.zeros((n, n), dtype=np.intc)
+        upper = ids >= 0
+        kinds, segment[upper] = np.unique(ids[upper], return_inverse=True)
+        found = tuple(np.ascontiguousarray(v, dtype=np.float64) for v in (
+            tables.fp, tables.bp, tables.fcost, tables.mem, tables.fws, tables.grad,
+            tables.base, tables.need, tables.own, tables.store_peak)) + (segment, len(kinds))
+        if len(_PACKED) >= TABLES_KEPT:
+            _PACKED.pop(next(iter(_PACKED)))
+        _PACKED[tables.c] = found
+    return found
+
+
+_PACKED: dict[Chain, tuple] = {}
 
 
 def search_below(chain: Chain, free_mem: float, cost: float, persistent: "_ChainDP | _Compiled",
@@ -1018,7 +1032,8 @@ def min_free_mem(chain: Chain, deadline: float | None = None) -> float:
         sys.setrecursionlimit(limit)
 
 
-def schedule(graph: RematGraph, dp: _ChainDP, free_mem: float) -> tuple[np.ndarray, np.ndarray]:
+def schedule(graph: RematGraph, dp: "_ChainDP | _Compiled",
+             free_mem: float) -> tuple[np.ndarray, np.ndarray]:
     """R/S of the optimal schedule the DP found (every node in its own stage, plus the
     forward recomputations of the backward stages)."""
     return _r_s(graph, dp.schedule_ops(usable(dp.c, free_mem)))
