@@ -391,7 +391,7 @@ def test_chain_dp_stops_at_its_time_limit():
     sol = solver("chain-dp")(graph, budget, SolveOptions(time_limit=1))
     assert sol.status == "timeout" and sol.details["fallback"] == "least-peak"  # no time left
     assert sol.peak_memory <= budget and sol.lower_bound == graph.total_cost
-    assert sol.solve_time < 10  # 2.0 s measured
+    assert sol.solve_time < 10  # 1.5 s measured
     graph = remat.graphs.linear(192)
     with pytest.raises(_OutOfTime):
         persistent_cost(chain_of(graph), parse_budget("30%", graph) - graph.static_mem,

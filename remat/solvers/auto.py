@@ -6,7 +6,7 @@ bound: on chains of up to ``CHAIN_DP_MAX`` layers ``chain-dp`` (its recursions s
 share of the time; first, where its DP is small, ``CHAIN_DP_FIRST``, so that where it proves
 its schedule nothing else runs: the classic baselines take 1.6 s at 384 layers and griewank's
 simulations of every slot count 0.5 s at 128 layers, 1.4 s at 192; else after
-``retention``); the classic baselines always; on chains, the least-peak persistent schedule
+``retention``); the classic baselines (always, unless chain-dp proved first); on chains, the least-peak persistent schedule
 first (``peak_floor.reached``: no floor search); then
 auto proves the retention bound itself (``remat.solvers.bounds``: a small knapsack, usually
 well under a second; chain-dp proves its own) and runs ``retention`` (the schedule of the
