@@ -428,6 +428,26 @@ static Answer split(DP *dp, Py_ssize_t s, Py_ssize_t t, int top, double budget, 
     return search_result(&run, choice);
 }
 
+/* The choices of a held or drop block over layers s..t ending at b_m whose sweep stores a_j
+ * first, j = s + k from m - 1 down: the part above a_j within ``up_budget``, its peak raised by
+ * ``lift`` (the base of a held block), choice k * ``scale``. Returns 1 once ``least`` bounds
+ * every choice left and the best meets it. */
+static int first_checkpoints(DP *dp, Search *run, Py_ssize_t s, Py_ssize_t t, int top,
+                             Py_ssize_t m, int e, double budget, double up_budget,
+                             const double *costs, const double *peaks, double lift, int scale,
+                             double least) {
+    for (Py_ssize_t k = m - s - 1; k >= 0; k--) {
+        Answer up;
+        if (peaks[k] > budget) continue;
+        up = above(dp, s + k, t, top, m, e, up_budget, run->best - costs[k]);
+        if (!search_missed(run, costs[k] + up.cost, up.peak))
+            search_offer(run, costs[k] + up.cost, pymax(peaks[k], lift + up.peak),
+                         (int)k * scale);
+        if (search_settled(run, least)) return 1;
+    }
+    return 0;
+}
+
 /* _split_held: held(s, t, top, m, e); choice j - s */
 static Answer split_held(DP *dp, Py_ssize_t s, Py_ssize_t t, int top, Py_ssize_t m, int e,
                          double budget, double cutoff, double in_cost, double in_peak,
@@ -439,14 +459,8 @@ static Answer split_held(DP *dp, Py_ssize_t s, Py_ssize_t t, int top, Py_ssize_t
     least = lifted(dp, s, t, top, m, up_budget, run.best);
     if (search_stop(&run, least)) return search_result(&run, choice);
     costs = sweep(dp, s, t, top, m - s, &held_peak, &freed_peak);
-    for (Py_ssize_t k = m - s - 1; k >= 0; k--) {
-        Answer up;
-        if (held_peak[k] > budget) continue;
-        up = above(dp, s + k, t, top, m, e, up_budget, run.best - costs[k]);
-        if (!search_missed(&run, costs[k] + up.cost, up.peak))
-            search_offer(&run, costs[k] + up.cost, pymax(held_peak[k], base + up.peak), (int)k);
-        if (search_settled(&run, least)) break;
-    }
+    first_checkpoints(dp, &run, s, t, top, m, e, budget, up_budget, costs, held_peak, base, 1,
+                      least);
     free(costs);
     return search_result(&run, choice);
 }
@@ -465,16 +479,10 @@ static Answer split_drop(DP *dp, Py_ssize_t u, Py_ssize_t t, int top, Py_ssize_t
     least = pymax(floor_, lifted(dp, u, t, top, m, budget, run.best));
     if (search_stop(&run, least)) return search_result(&run, choice);
     costs = sweep(dp, u, t, top, m - u, &held_peak, &freed_peak);
-    for (Py_ssize_t k = m - u - 1; k >= 0; k--) {
-        Answer up;
-        if (freed_peak[k] > budget) continue;
-        up = above(dp, u + k, t, top, m, e, budget, run.best - costs[k]);
-        if (!search_missed(&run, costs[k] + up.cost, up.peak))
-            search_offer(&run, costs[k] + up.cost, pymax(freed_peak[k], up.peak), (int)k * 4);
-        if (search_settled(&run, least)) {
-            free(costs);
-            return search_result(&run, choice);
-        }
+    if (first_checkpoints(dp, &run, u, t, top, m, e, budget, budget, costs, freed_peak, 0.0, 4,
+                          least)) {
+        free(costs);
+        return search_result(&run, choice);
     }
     free(costs);
     block_least = fp[t + 1 - top] - fp[u] + bp[t + 1];
