@@ -380,6 +380,23 @@ def test_the_compiled_recursions_are_the_python_ones(monkeypatch):
     assert compared > 200 and cheaper > 0  # most budgets have a schedule; some a cheaper one
 
 
+def test_the_compiled_least_peak_tables_are_numpy_s():
+    """The least-peak tables in C equal numpy's, entry for entry (peak, cost, first
+    checkpoint, kept), on random integer chains with and without workspace and on linear
+    chains."""
+    from remat.solvers import chain_dp
+    from test_workspace import with_random_workspace
+
+    assert chain_dp.COMPILED, "the C extension was not built (make setup)"
+    graphs = [random_chain(n, seed) for n in (1, 2, 5, 9, 14) for seed in range(3)]
+    graphs += [with_random_workspace(g, 11) for g in graphs]
+    graphs += [remat.graphs.linear(n, unit=unit) for n in (8, 40) for unit in (True, False)]
+    for graph in graphs:
+        dp = chain_dp._ChainDP(chain_of(graph), extended=False)
+        compiled, numpy_made = dp.least_peak_tables(), dp.least_peak_tables(compiled=False)
+        assert all(np.array_equal(a, b) for a, b in zip(compiled, numpy_made)), graph.size
+
+
 def test_chain_dp_stops_at_its_time_limit():
     """The persistent recursion on a long heterogeneous chain (in C, 3-18 s at 384 layers; in
     Python, 12-38 s at 192) stops at the limit and returns the least-peak persistent schedule,

@@ -775,11 +775,100 @@ static PyObject *solve(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* least_peak(n, fp, mem, fws, base, above, diag_peak, diag_cost): ``least_peak_tables`` of
+ * chain_dp.py (the persistent schedules of least peak, max for +), the same float operations
+ * and ties; returns (peak, cost, first, keep) as bytes: 2 * n * n doubles, doubles, C ints, C
+ * ints, each [top][s][t]. */
+static PyObject *least_peak(PyObject *self, PyObject *args) {
+    Py_ssize_t n;
+    Py_buffer fp, mem, fws, base, above, diag_peak, diag_cost;
+    PyObject *out = NULL;
+    double *peak = NULL, *cost = NULL;
+    int *first = NULL, *keep = NULL;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "ny*y*y*y*y*y*y*", &n, &fp, &mem, &fws, &base, &above,
+                          &diag_peak, &diag_cost))
+        return NULL;
+    if (n >= 1 && table(&fp, n + 1, "fp") && table(&mem, n, "mem") && table(&fws, n, "fws") &&
+        table(&base, n, "base") && table(&above, n, "above") &&
+        table(&diag_peak, 2 * n, "diag_peak") && table(&diag_cost, 2 * n, "diag_cost")) {
+        size_t cells = (size_t)(2 * n * n);
+        peak = malloc(cells * sizeof(double));
+        cost = malloc(cells * sizeof(double));
+        first = calloc(cells, sizeof(int));
+        keep = calloc(cells, sizeof(int));
+        if (!peak || !cost || !first || !keep) {
+            PyErr_NoMemory();
+        } else {
+            const double *f = fp.buf, *m = mem.buf, *w = fws.buf, *b = base.buf;
+            const double *a = above.buf, *dp_ = diag_peak.buf, *dc = diag_cost.buf;
+#define AT(top, s, t) (((Py_ssize_t)(top) * n + (s)) * n + (t))
+            for (size_t k = 0; k < cells; k++) peak[k] = cost[k] = INFINITY;
+            for (int top = 0; top < 2; top++)
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    peak[AT(top, i, i)] = dp_[top * n + i];
+                    cost[AT(top, i, i)] = dc[top * n + i];
+                }
+            for (Py_ssize_t length = 1; length < n; length++) {
+                for (Py_ssize_t s = 0; s + length < n; s++) {
+                    Py_ssize_t t = s + length;
+                    double offset = b[s] + a[t];
+                    for (int top = 0; top < 2; top++) {
+                        double run = -INFINITY, best_p = INFINITY, best_c = INFINITY;
+                        int pick = -1, pick_kept = 0;
+                        for (Py_ssize_t j = s; j < t; j++) {
+                            double pair = m[j] + w[j] + (j > s ? m[j - 1] : 0.0);
+                            double sweep, outer, outer_cost, p1, c1, p0, c0, p, c;
+                            int kept;
+                            run = pymax(run, pair);
+                            sweep = run + offset;
+                            outer = pymax(sweep + m[t] * top, b[s] + peak[AT(top, j + 1, t)]);
+                            outer_cost = f[j + 1] - f[s] + cost[AT(top, j + 1, t)];
+                            p1 = pymax(outer, peak[AT(1, s, j)]);
+                            c1 = outer_cost + cost[AT(1, s, j)];
+                            p0 = pymax(outer, peak[AT(0, s, j)]);
+                            c0 = outer_cost + cost[AT(0, s, j)];
+                            kept = p1 < p0 || (p1 == p0 && c1 < c0);
+                            p = kept ? p1 : p0;
+                            c = kept ? c1 : c0;
+                            if (pick < 0 || p < best_p || (p == best_p && c < best_c)) {
+                                best_p = p;
+                                best_c = c;
+                                pick = (int)(j - s);
+                                pick_kept = kept;
+                            }
+                        }
+                        peak[AT(top, s, t)] = best_p;
+                        cost[AT(top, s, t)] = best_c;
+                        first[AT(top, s, t)] = (int)s + pick;
+                        keep[AT(top, s, t)] = pick_kept;
+                    }
+                }
+            }
+#undef AT
+            out = Py_BuildValue("y#y#y#y#", (const char *)peak, (Py_ssize_t)(cells * sizeof(double)),
+                                (const char *)cost, (Py_ssize_t)(cells * sizeof(double)),
+                                (const char *)first, (Py_ssize_t)(cells * sizeof(int)),
+                                (const char *)keep, (Py_ssize_t)(cells * sizeof(int)));
+        }
+    } else if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "_chain_dp_c: n must be >= 1");
+    }
+    free(peak); free(cost); free(first); free(keep);
+    PyBuffer_Release(&fp); PyBuffer_Release(&mem); PyBuffer_Release(&fws);
+    PyBuffer_Release(&base); PyBuffer_Release(&above); PyBuffer_Release(&diag_peak);
+    PyBuffer_Release(&diag_cost);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"solve", solve, METH_VARARGS,
      "solve(n, fp, bp, fcost, mem, fws, grad, base, need, own, store_peak, segment, segments, "
      "extended, budget, cutoff, seconds) -> None past the time limit, else (cost, peak, "
      "solves, sweeps)"},
+    {"least_peak", least_peak, METH_VARARGS,
+     "least_peak(n, fp, mem, fws, base, above, diag_peak, diag_cost) -> (peak, cost, first, "
+     "keep) as bytes"},
     {NULL, NULL, 0, NULL},
 };
 

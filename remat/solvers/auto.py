@@ -60,8 +60,8 @@ linear(192) (18721) takes 12-38 s, and there retention, first, proves 30% and 60
 CHAIN_DP_MAX = (512, 80_000) if COMPILED else (384, 20_000)
 """Longer chains, or more segments, and auto leaves chain-dp out. In C: heterogeneous
 linear(384) (74305 segments) takes 3-18 s, after retention; heterogeneous linear(320) 1.8-6.6
-s; unit chains of 768 layers 0.5-1.7 s but their least-peak schedule (``least_peak``, which
-auto records first) 6.7 s. In Python: 10-12 s on unit chains of 384 layers, 26 s to over 30 s
+s; unit chains of 768 layers 0.5-1.7 s, and their least-peak schedule (``least_peak``, which
+auto records first) 2.0 s (6.7 s before its tables ran in C). In Python: 10-12 s on unit chains of 384 layers, 26 s to over 30 s
 at 512, 59-95 s on heterogeneous linear(256) (33153 segments)."""
 BEFORE_BOUND = CLASSIC + ("chain-dp",)
 """The methods auto runs before proving its own bound: the classic baselines take

@@ -83,10 +83,10 @@ s), heterogeneous linear(128) at 10% 2.2 s and at its least peak 4.2 s (Python: 
 linear(192) at 10% 16 s (bench/results/fast_notes.md, session 16). The persistent recursion
 gets all but ``FALLBACK_SHARE`` of the limit; where it does not finish (heterogeneous chains
 of several hundred layers), ``solve`` returns the cheaper of two persistent schedules that
-fits, status "timeout": the one of least peak (``least_peak_tables``, numpy: 0.1 s at 192
-layers, 0.9 s at 384) and the recursion's on a budget grid (``_Graded``, numpy, O(n^3) per
-grid level: 0.5-0.8 s with 16 levels at 192 layers, 5-8 s at 384), on as many levels as the
-time left allows (heterogeneous linear(192) at its least peak: 1.33 of the total cost, the
+fits, status "timeout": the one of least peak (``least_peak_tables``, in C: 0.2 s at 512
+layers; numpy: 0.1 s at 192 layers, 0.9 s at 384) and the recursion's on a budget grid
+(``_Graded``, numpy, O(n^3) per grid level: 0.5-0.8 s with 16 levels at 192 layers, 5-8 s at
+384), on as many levels as the time left allows (heterogeneous linear(192) at its least peak: 1.33 of the total cost, the
 least-peak schedule 1.90). ``solve`` skips the search of the full class where the retention
 bound already meets the persistent cost, and gives what is left of the limit to the bound
 where it does not meet the final cost.
@@ -576,9 +576,10 @@ class _ChainDP:
         """The smallest peak of a persistent schedule (no ``drop`` states)."""
         return float(self.least_peak_tables()[0][0][0, self.n - 1])
 
-    def least_peak_tables(self):
+    def least_peak_tables(self, compiled: bool = True):
         """The persistent schedules of least peak: the recursion of ``best`` with max for +,
-        by segment length, every segment of one length at once (numpy). Returns ``(peak,
+        by segment length, every segment of one length at once (numpy; in C where built and
+        ``compiled``, the same operations and ties). Returns ``(peak,
         cost, first, keep)``, each indexed ``[top][s, t]``: the least peak of seg(s, t, top),
         the cost of the schedule chosen for it, its first checkpoint a_j and whether a_j stays
         for the stages below. Among choices of equal peak the cheaper wins (and the part
@@ -587,12 +588,20 @@ class _ChainDP:
         n, fp = self.n, np.array(self.fp)
         mem, base = np.array(self.mem), np.array(self.base)
         above = np.array(self.grad[1:n + 1])  # above[t]: gradient over segment ..t
+        workspace = np.array(self.fws)
+        # one-layer segments: every value stored
+        single_peak = np.array([[self.store_peak[top][s][s] for s in range(n)] for top in (0, 1)])
+        single_cost = np.array([[self.store_cost(s, s, top) for s in range(n)] for top in (0, 1)])
+        if compiled and COMPILED:  # the same loops in C: 1.0-1.6 s -> 0.2 s at 512 layers
+            found = _chain_dp_c.least_peak(n, fp, mem, workspace, base, above, single_peak,
+                                           single_cost)
+            return tuple(np.frombuffer(b, dtype=kind).reshape(2, n, n)
+                         for b, kind in zip(found, (np.float64, np.float64, np.intc, np.intc)))
         peak, cost = np.full((2, n, n), INF), np.full((2, n, n), INF)
         first, keep = np.zeros((2, n, n), dtype=int), np.zeros((2, n, n), dtype=int)
-        workspace = np.array(self.fws)
         for top in (0, 1):
-            peak[top, range(n), range(n)] = np.diag(np.array(self.store_peak[top]))
-            cost[top, range(n), range(n)] = [self.store_cost(s, s, top) for s in range(n)]
+            peak[top, range(n), range(n)] = single_peak[top]
+            cost[top, range(n), range(n)] = single_cost[top]
         for length in range(1, n):
             s = np.arange(n - length)
             t = s + length
@@ -1123,8 +1132,9 @@ def _fallback(graph: RematGraph, chain: Chain, budget: float, start: float,
 
 def least_peak(graph: RematGraph) -> float:
     """The simulated peak (bytes, static included) of the chain's least-peak persistent
-    schedule (``least_peak_tables``, numpy, then the simulator): 0.13 s at 128 layers, 0.16 s
-    at 192, 0.66 s at 256 (unit). Cached per graph."""
+    schedule (``least_peak_tables``, in C, then the simulator; unit chains, tables included):
+    0.03 s at 128 layers, 0.13 s at 256, 0.32 s at 384, 0.57 s at 512 (numpy: 0.13 s at 128,
+    0.66 s at 256, 2 s at 512). Cached per graph."""
     if graph not in _LEAST_PEAK:
         dp = _ChainDP(chain_of(graph), extended=False)
         found = _fitting(graph, math.inf, dp.least_peak_ops, "least-peak")
