@@ -8,8 +8,9 @@
 from the smallest feasible budget to the checkpoint-all peak), runs ``chain-dp`` (exact),
 ``griewank`` (the classical baseline) and, where the graph is small enough, ``milp-plain``
 (Checkmate's MILP as published: cold start, HiGHS's own bound) with a time limit; each method
-proves its own bound (cached bounds are dropped before each). ``dags``: ``milp`` (HiGHS) against ``cpsat`` (the same model on CP-SAT) on small
-U-Nets, random DAGs and chains, at budgets above the exact smallest one.
+proves its own bound (cached bounds are dropped before each). ``dags``: ``milp`` (HiGHS)
+against ``cpsat`` (the same model on CP-SAT) on small U-Nets, random DAGs and chains, at
+budgets above the exact smallest one.
 Rows (graph, budget, method) go to CSV and JSON as they come: solve time, cost, proven bound,
 gap, and the time ratio to the reference method. Timings are wall clock on a shared machine:
 noisy.

@@ -676,16 +676,19 @@ static void recomputed_drop(DP *dp, Py_ssize_t u, Py_ssize_t t, int top, Py_ssiz
 
 /* ----- the module --------------------------------------------------------------------- */
 
-/* a buffer of ``count`` doubles (or C ints for ``segment``) */
-static int table(Py_buffer *view, Py_ssize_t count, const char *name) {
-    Py_ssize_t size = strcmp(name, "segment") ? (Py_ssize_t)sizeof(double)
-                                              : (Py_ssize_t)sizeof(int);
+/* a buffer of ``count`` items of ``size`` bytes */
+static int sized(Py_buffer *view, Py_ssize_t count, Py_ssize_t size, const char *name) {
     if (view->len != count * size) {
         PyErr_Format(PyExc_ValueError, "_chain_dp_c: %s holds %zd bytes, expected %zd items "
                      "of %zd bytes", name, view->len, count, size);
         return 0;
     }
     return 1;
+}
+
+/* a buffer of ``count`` doubles */
+static int table(Py_buffer *view, Py_ssize_t count, const char *name) {
+    return sized(view, count, (Py_ssize_t)sizeof(double), name);
 }
 
 static void free_store(Steps *st) {
@@ -751,7 +754,7 @@ static PyObject *solve(PyObject *self, PyObject *args) {
         table(&fcost, n, "fcost") && table(&mem, n, "mem") && table(&fws, n, "fws") &&
         table(&grad, n + 1, "grad") && table(&base, n, "base") && table(&need, n * n, "need") &&
         table(&own, n * n, "own") && table(&store, 2 * n * n, "store_peak") &&
-        table(&segment, n * n, "segment")) {
+        sized(&segment, n * n, (Py_ssize_t)sizeof(int), "segment")) {
         dp.n = n;
         dp.extended = extended;
         dp.fp = fp.buf; dp.bp = bp.buf; dp.fcost = fcost.buf; dp.mem = mem.buf;
@@ -775,23 +778,23 @@ static PyObject *solve(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* least_peak(n, fp, mem, fws, base, above, diag_peak, diag_cost): ``least_peak_tables`` of
+/* least_peak(n, fp, mem, fws, base, above, single_peak, single_cost): ``least_peak_tables`` of
  * chain_dp.py (the persistent schedules of least peak, max for +), the same float operations
  * and ties; returns (peak, cost, first, keep) as bytes: 2 * n * n doubles, doubles, C ints, C
  * ints, each [top][s][t]. */
 static PyObject *least_peak(PyObject *self, PyObject *args) {
     Py_ssize_t n;
-    Py_buffer fp, mem, fws, base, above, diag_peak, diag_cost;
+    Py_buffer fp, mem, fws, base, above, single_peak, single_cost;
     PyObject *out = NULL;
     double *peak = NULL, *cost = NULL;
     int *first = NULL, *keep = NULL;
     (void)self;
     if (!PyArg_ParseTuple(args, "ny*y*y*y*y*y*y*", &n, &fp, &mem, &fws, &base, &above,
-                          &diag_peak, &diag_cost))
+                          &single_peak, &single_cost))
         return NULL;
     if (n >= 1 && table(&fp, n + 1, "fp") && table(&mem, n, "mem") && table(&fws, n, "fws") &&
         table(&base, n, "base") && table(&above, n, "above") &&
-        table(&diag_peak, 2 * n, "diag_peak") && table(&diag_cost, 2 * n, "diag_cost")) {
+        table(&single_peak, 2 * n, "single_peak") && table(&single_cost, 2 * n, "single_cost")) {
         size_t cells = (size_t)(2 * n * n);
         peak = malloc(cells * sizeof(double));
         cost = malloc(cells * sizeof(double));
@@ -801,13 +804,13 @@ static PyObject *least_peak(PyObject *self, PyObject *args) {
             PyErr_NoMemory();
         } else {
             const double *f = fp.buf, *m = mem.buf, *w = fws.buf, *b = base.buf;
-            const double *a = above.buf, *dp_ = diag_peak.buf, *dc = diag_cost.buf;
+            const double *a = above.buf, *sp = single_peak.buf, *sc = single_cost.buf;
 #define AT(top, s, t) (((Py_ssize_t)(top) * n + (s)) * n + (t))
             for (size_t k = 0; k < cells; k++) peak[k] = cost[k] = INFINITY;
             for (int top = 0; top < 2; top++)
                 for (Py_ssize_t i = 0; i < n; i++) {
-                    peak[AT(top, i, i)] = dp_[top * n + i];
-                    cost[AT(top, i, i)] = dc[top * n + i];
+                    peak[AT(top, i, i)] = sp[top * n + i];
+                    cost[AT(top, i, i)] = sc[top * n + i];
                 }
             for (Py_ssize_t length = 1; length < n; length++) {
                 for (Py_ssize_t s = 0; s + length < n; s++) {
@@ -846,18 +849,18 @@ static PyObject *least_peak(PyObject *self, PyObject *args) {
                 }
             }
 #undef AT
-            out = Py_BuildValue("y#y#y#y#", (const char *)peak, (Py_ssize_t)(cells * sizeof(double)),
-                                (const char *)cost, (Py_ssize_t)(cells * sizeof(double)),
-                                (const char *)first, (Py_ssize_t)(cells * sizeof(int)),
-                                (const char *)keep, (Py_ssize_t)(cells * sizeof(int)));
+            Py_ssize_t doubles = (Py_ssize_t)(cells * sizeof(double));
+            Py_ssize_t ints = (Py_ssize_t)(cells * sizeof(int));
+            out = Py_BuildValue("y#y#y#y#", (const char *)peak, doubles, (const char *)cost,
+                                doubles, (const char *)first, ints, (const char *)keep, ints);
         }
     } else if (!PyErr_Occurred()) {
         PyErr_SetString(PyExc_ValueError, "_chain_dp_c: n must be >= 1");
     }
     free(peak); free(cost); free(first); free(keep);
     PyBuffer_Release(&fp); PyBuffer_Release(&mem); PyBuffer_Release(&fws);
-    PyBuffer_Release(&base); PyBuffer_Release(&above); PyBuffer_Release(&diag_peak);
-    PyBuffer_Release(&diag_cost);
+    PyBuffer_Release(&base); PyBuffer_Release(&above); PyBuffer_Release(&single_peak);
+    PyBuffer_Release(&single_cost);
     return out;
 }
 
@@ -867,7 +870,7 @@ static PyMethodDef methods[] = {
      "extended, budget, cutoff, seconds) -> None past the time limit, else (cost, peak, "
      "solves, sweeps)"},
     {"least_peak", least_peak, METH_VARARGS,
-     "least_peak(n, fp, mem, fws, base, above, diag_peak, diag_cost) -> (peak, cost, first, "
+     "least_peak(n, fp, mem, fws, base, above, single_peak, single_cost) -> (peak, cost, first, "
      "keep) as bytes"},
     {NULL, NULL, 0, NULL},
 };

@@ -4,10 +4,10 @@ Runs the methods that suit the graph in order of cost, stopping as soon as a sch
 the best lower bound proved so far, and returns the cheapest schedule that fits with that
 bound: on chains of up to ``CHAIN_DP_MAX`` layers ``chain-dp`` (its recursions stop at its
 share of the time; first, where its DP is small, ``CHAIN_DP_FIRST``, so that where it proves
-its schedule nothing else runs: the classic baselines take 1.6 s at 384 layers and griewank's
-simulations of every slot count 0.5 s at 128 layers, 1.4 s at 192; else after
-``retention``); the classic baselines (always, unless chain-dp proved first); on chains, the least-peak persistent schedule
-first (``peak_floor.reached``: no floor search); then
+its schedule nothing else runs: on linear(384, unit) chen-greedy and ap-greedy take 0.5 s
+each and griewank's simulations of every slot count 7.6 s; else after ``retention``); the
+classic baselines (always, unless chain-dp proved first); on chains, the least-peak
+persistent schedule first (``peak_floor.reached``: no floor search); then
 auto proves the retention bound itself (``remat.solvers.bounds``: a small knapsack, usually
 well under a second; chain-dp proves its own) and runs ``retention`` (the schedule of the
 bound's knapsack, and its local search); then ``milp``,
@@ -61,8 +61,9 @@ CHAIN_DP_MAX = (512, 80_000) if COMPILED else (384, 20_000)
 """Longer chains, or more segments, and auto leaves chain-dp out. In C: heterogeneous
 linear(384) (74305 segments) takes 3-18 s, after retention; heterogeneous linear(320) 1.8-6.6
 s; unit chains of 768 layers 0.5-1.7 s, and their least-peak schedule (``least_peak``, which
-auto records first) 2.0 s (6.7 s before its tables ran in C). In Python: 10-12 s on unit chains of 384 layers, 26 s to over 30 s
-at 512, 59-95 s on heterogeneous linear(256) (33153 segments)."""
+auto records first) 2.0 s (6.7 s before its tables ran in C). In Python: 10-12 s on unit
+chains of 384 layers, 26 s to over 30 s at 512, 59-95 s on heterogeneous linear(256) (33153
+segments)."""
 BEFORE_BOUND = CLASSIC + ("chain-dp",)
 """The methods auto runs before proving its own bound: the classic baselines take
 milliseconds, and chain-dp proves its own, stopping as soon as it meets its cost (auto's, with

@@ -96,8 +96,9 @@ resnet50 at module level: 70490; fcn_resnet50 at op level: 179504)."""
 MOMENT_CHAIN_COLUMNS = 300_000
 """``MOMENT_COLUMNS`` on chains (``RematGraph.is_chain``), whose moment models solve fast and
 are what proves a chain at its least peak: linear(192, unit) (147840) and linear(256, unit)
-(262656) there, proven optimal by auto in 3.6-3.9 and 7.7-7.9 s (bench/results/fast_notes.md, session
-16; with the general cap their bound stayed at 1.50 of the total cost, against 48.1 and 64.1)."""
+(262656) there, proven optimal by auto in 3.6-3.9 and 7.7-7.9 s (bench/results/fast_notes.md,
+session 16; with the general cap their bound stayed at 1.50 of the total cost, against 48.1
+and 64.1)."""
 
 RECOMPUTE_COLUMNS = 5_000
 """The largest graph (``moment_size``) on which the moment model with recomputation rows

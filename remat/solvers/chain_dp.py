@@ -86,10 +86,10 @@ of several hundred layers), ``solve`` returns the cheaper of two persistent sche
 fits, status "timeout": the one of least peak (``least_peak_tables``, in C: 0.2 s at 512
 layers; numpy: 0.1 s at 192 layers, 0.9 s at 384) and the recursion's on a budget grid
 (``_Graded``, numpy, O(n^3) per grid level: 0.5-0.8 s with 16 levels at 192 layers, 5-8 s at
-384), on as many levels as the time left allows (heterogeneous linear(192) at its least peak: 1.33 of the total cost, the
-least-peak schedule 1.90). ``solve`` skips the search of the full class where the retention
-bound already meets the persistent cost, and gives what is left of the limit to the bound
-where it does not meet the final cost.
+384), on as many levels as the time left allows (heterogeneous linear(192) at its least
+peak: 1.33 of the total cost, the least-peak schedule 1.90). ``solve`` skips the search of
+the full class where the retention bound already meets the persistent cost, and gives what
+is left of the limit to the bound where it does not meet the final cost.
 
 A node's transient workspace (``RematGraph.workspace``) is added to its own candidate: in the
 sweeps, in ``need``/``own`` (each backward node's own operands) and in ``store_peak``, exactly
@@ -180,9 +180,20 @@ def chain_of(graph: RematGraph) -> Chain:
 
 TABLES_KEPT = 4
 """How many chains' budget-independent tables (``need``, ``store_peak``, ``own``,
-``segment_id``) stay cached: auto builds a chain's DP up to four times (segment count,
-least-peak schedule, persistent recursion, full class)."""
+``segment_id``, and the C recursion's copy of them) stay cached: auto builds a chain's DP up
+to four times (segment count, least-peak schedule, persistent recursion, full class)."""
 _TABLES: dict[Chain, tuple] = {}
+_PACKED: dict[Chain, tuple] = {}
+
+
+def _kept(cache: dict, chain: Chain, make):
+    """``cache[chain]``, made by ``make()`` on a miss; the oldest goes past ``TABLES_KEPT``."""
+    found = cache.get(chain)
+    if found is None:
+        if len(cache) >= TABLES_KEPT:
+            cache.pop(next(iter(cache)))
+        found = cache[chain] = make()
+    return found
 
 
 class _ChainDP:
@@ -236,17 +247,18 @@ class _ChainDP:
         self.fp = _prefix(self.fcost)
         self.bp = _prefix(self.bcost)
         self.base = [0.0] + list(self.mem[:n - 1])  # base[s]: size of a_{s-1}
-        tables = _TABLES.get(chain)
-        if tables is None:  # O(n^2) Python: 0.1 s at 384 layers; read-only, so shared
-            need, store_peak = _range_tables(self)
-            # own[m][t]: the largest of b_m..b_t's own candidates (need without a held base)
-            own = [list(itertools.accumulate(
-                (need[k][k] if k >= m else -INF for k in range(n)), max)) for m in range(n)]
-            tables = (need, store_peak, own, _segment_ids(self))
-            if len(_TABLES) >= TABLES_KEPT:
-                _TABLES.pop(next(iter(_TABLES)))
-            _TABLES[chain] = tables
-        self.need, self.store_peak, self.own, self.segment_id = tables
+        # O(n^2) Python, 0.1 s at 384 layers; read-only, so shared by the chain's DPs
+        self.need, self.store_peak, self.own, self.segment_id = _kept(
+            _TABLES, chain, self._tables)
+
+    def _tables(self) -> tuple:
+        """(need, store_peak, own, segment_id): what does not depend on the budget."""
+        n = self.n
+        need, store_peak = _range_tables(self)
+        # own[m][t]: the largest of b_m..b_t's own candidates (need without a held base)
+        own = [list(itertools.accumulate(
+            (need[k][k] if k >= m else -INF for k in range(n)), max)) for m in range(n)]
+        return need, store_peak, own, _segment_ids(self)
 
     def store_cost(self, s: int, t: int, top: int) -> float:
         """Cost of stages b_t..b_s when every value is stored: each node once."""
@@ -592,7 +604,7 @@ class _ChainDP:
         # one-layer segments: every value stored
         single_peak = np.array([[self.store_peak[top][s][s] for s in range(n)] for top in (0, 1)])
         single_cost = np.array([[self.store_cost(s, s, top) for s in range(n)] for top in (0, 1)])
-        if compiled and COMPILED:  # the same loops in C: 1.0-1.6 s -> 0.2 s at 512 layers
+        if compiled and COMPILED:  # the same loops in C: 1.6 s -> 0.2 s at 512 layers
             found = _chain_dp_c.least_peak(n, fp, mem, workspace, base, above, single_peak,
                                            single_cost)
             return tuple(np.frombuffer(b, dtype=kind).reshape(2, n, n)
@@ -979,22 +991,16 @@ class _Compiled:
 def _packed(tables: _ChainDP) -> tuple:
     """The C recursion's table arguments for ``tables``' chain (``_chain_dp_c.c``), cached
     like the tables (a bisection calls it per probe: 30 ms each at 512 layers)."""
-    found = _PACKED.get(tables.c)
-    if found is None:
+    def pack() -> tuple:
         n, ids = tables.n, np.array(tables.segment_id)
         segment = np.zeros((n, n), dtype=np.intc)
         upper = ids >= 0
         kinds, segment[upper] = np.unique(ids[upper], return_inverse=True)
-        found = tuple(np.ascontiguousarray(v, dtype=np.float64) for v in (
+        return tuple(np.ascontiguousarray(v, dtype=np.float64) for v in (
             tables.fp, tables.bp, tables.fcost, tables.mem, tables.fws, tables.grad,
             tables.base, tables.need, tables.own, tables.store_peak)) + (segment, len(kinds))
-        if len(_PACKED) >= TABLES_KEPT:
-            _PACKED.pop(next(iter(_PACKED)))
-        _PACKED[tables.c] = found
-    return found
 
-
-_PACKED: dict[Chain, tuple] = {}
+    return _kept(_PACKED, tables.c, pack)
 
 
 def search_below(chain: Chain, free_mem: float, cost: float, persistent: "_ChainDP | _Compiled",
