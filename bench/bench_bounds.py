@@ -43,6 +43,7 @@ import remat
 from remat.solvers import SolveOptions, solver
 from remat.solvers.base import CLASSIC
 from remat.solvers.bounds import forget_bounds, retention_bound
+from remat.solvers.chain_dp import forget_states
 from remat.solvers.milp import best_baseline, solve_with
 from remat.solvers.milp_model import TIGHT
 
@@ -63,8 +64,10 @@ def graphs(kinds: list[str]):
 
 def measured(label, graph, run):
     """(label, Solution or None, wall seconds). The bounds cached for ``graph`` are dropped
-    first, so each method's time includes proving its own bound."""
+    first, so each method's time includes proving its own bound, and chain-dp's kept
+    recursions, so each call starts cold."""
     forget_bounds(graph)
+    forget_states()
     began = time.perf_counter()
     sol = run()
     return label, sol, time.perf_counter() - began

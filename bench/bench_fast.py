@@ -3,6 +3,8 @@
     PYTHONPATH=. python bench/bench_fast.py chains [--sizes 8,16,...] [--milp-max-n 16]
         [--time-limit 30] [-o bench/results/fast_chains]
     PYTHONPATH=. python bench/bench_fast.py dags [--time-limit 30] [-o bench/results/fast_dags]
+    PYTHONPATH=. python bench/bench_fast.py sweep [--sizes 128,256,384] [--time-limit 60]
+        [-o bench/results/fast_sweep]
 
 ``chains``: for every chain ``remat.graphs.linear(n, unit)`` and budget (fractions of the range
 from the smallest feasible budget to the checkpoint-all peak), runs ``chain-dp`` (exact),
@@ -10,7 +12,9 @@ from the smallest feasible budget to the checkpoint-all peak), runs ``chain-dp``
 (Checkmate's MILP as published: cold start, HiGHS's own bound) with a time limit; each method
 proves its own bound (cached bounds are dropped before each). ``dags``: ``milp`` (HiGHS)
 against ``cpsat`` (the same model on CP-SAT) on small U-Nets, random DAGs and chains, at
-budgets above the exact smallest one.
+budgets above the exact smallest one. ``sweep``: ``chain-dp`` over a sweep of budgets of each
+chain (``SWEEP``, in that order), cold (its kept C recursions dropped before each budget) and
+warm (kept across the sweep, as a user's sweep runs), each proving its own bound.
 Rows (graph, budget, method) go to CSV and JSON as they come: solve time, cost, proven bound,
 gap, and the time ratio to the reference method. Timings are wall clock on a shared machine:
 noisy.
@@ -30,6 +34,7 @@ import remat
 from remat.schedule.budget import checkpoint_all_peak
 from remat.solvers import SolveOptions, solver
 from remat.solvers.bounds import forget_bounds
+from remat.solvers.chain_dp import forget_states
 from remat.solvers.milp import solve_with
 from remat.solvers.milp_model import TIGHT
 
@@ -37,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_bounds import _status  # noqa: E402  ("no schedule" where nothing is proven)
 
 FRACTIONS = (0.0, 0.1, 0.3, 0.6)
+SWEEP = (0.9, 0.7, 0.5, 0.4, 0.3, 0.2, 0.15, 0.1, 0.05, 0.0)
+"""``sweep``'s fractions of the budget range, from the largest down (an overhead curve)."""
 
 
 def budgets(graph) -> list[tuple[float, float]]:
@@ -74,12 +81,36 @@ def run_chains(sizes, milp_max_n, milp_limit, stem, log=sys.stderr) -> list[dict
     return rows
 
 
+def run_sweep(sizes, limit, stem, log=sys.stderr) -> list[dict]:
+    rows: list[dict] = []
+    for n in sizes:
+        for unit in (True, False):
+            graph = remat.graphs.linear(n, unit=unit)
+            name = f"linear{n}{'-unit' if unit else ''}"
+            least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+            peak = checkpoint_all_peak(graph)
+            for mode in ("cold", "warm"):
+                forget_states()
+                for fraction in SWEEP:
+                    budget = least + fraction * (peak - least)
+                    if mode == "cold":
+                        forget_states()
+                    forget_bounds(graph)
+                    start = time.perf_counter()
+                    sol = solver("chain-dp")(graph, budget, SolveOptions(time_limit=limit))
+                    rows.append(row(name, n, unit, fraction, budget, sol,
+                                    time.perf_counter() - start, f"chain-dp {mode}"))
+                    report(rows, stem, "chain-dp cold", log)
+    return rows
+
+
 def run_one(method, graph, budget, limit):
     """One method's solution; each proves its own bound (the graph's cached bounds are
-    dropped first). chain-dp: the limit bounds its search of the full class (then it keeps the
+    dropped first, and chain-dp's kept recursions). chain-dp: the limit bounds its search of the full class (then it keeps the
     best persistent schedule, details["optimal_in_class"] false). milp-plain: Checkmate's MILP
     as published (cold start, HiGHS's own bound only), as in bench_bounds.py."""
     forget_bounds(graph)
+    forget_states()
     if method == "milp-plain":
         return solve_with(graph, budget, SolveOptions(time_limit=limit, warm_start=False), TIGHT,
                           retention=False)
@@ -152,15 +183,18 @@ def write(rows: list[dict], stem: str, command: str) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("suite", choices=("chains", "dags"))
+    p.add_argument("suite", choices=("chains", "dags", "sweep"))
     p.add_argument("--sizes", default="8,16,32,64,128,256")
     p.add_argument("--milp-max-n", type=int, default=16)
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per milp/cpsat solve")
     p.add_argument("-o", "--output", default=None)
     args = p.parse_args(argv)
     stem = args.output or f"bench/results/fast_{args.suite}"
+    sizes = [int(s) for s in args.sizes.split(",")]
     if args.suite == "chains":
-        run_chains([int(s) for s in args.sizes.split(",")], args.milp_max_n, args.time_limit, stem)
+        run_chains(sizes, args.milp_max_n, args.time_limit, stem)
+    elif args.suite == "sweep":
+        run_sweep(sizes, args.time_limit, stem)
     else:
         run_dags(args.time_limit, stem)
     print(f"wrote {stem}.csv and .json", file=sys.stderr)

@@ -344,6 +344,7 @@ def recursions(graph, free, compiled):
         full = chain_dp._ChainDP(chain)
         answer = full.best(0, full.n - 1, 0, budget)
     out += [answer, full.solves, full.schedule_ops(budget) if answer[0] < np.inf else None]
+    chain_dp.forget_states()
     cost, dp = chain_dp.optimal_cost(chain, free, compiled=compiled)
     out += [cost, dp.complete, dp.schedule_ops(budget) if cost < np.inf else None]
     return out
@@ -378,6 +379,70 @@ def test_the_compiled_recursions_are_the_python_ones(monkeypatch):
             patch.setattr(chain_dp, "COMPILED", False)
             assert chain_dp.min_free_mem(chain) == least
     assert compared > 200 and cheaper > 0  # most budgets have a schedule; some a cheaper one
+
+
+def test_a_kept_recursion_answers_every_budget_as_a_cold_one():
+    """The C recursions keep their stores per chain, so a budget solved after others (in any
+    order, and after a call that ran out of time) starts from their searches: it gets the
+    cold run's cost, and a schedule of that cost within the budget (the simulator's)."""
+    from remat.solvers import chain_dp
+
+    assert chain_dp.COMPILED, "the C extension was not built (make setup)"
+    rng = np.random.default_rng(3)
+    graphs = [random_chain(n, seed) for n in (5, 9, 14) for seed in range(2)]
+    graphs += [remat.graphs.linear(n, unit=unit) for n in (16, 40) for unit in (True, False)]
+    checked = 0
+    for graph in graphs:
+        chain = chain_of(graph)
+        least = chain_dp.least_peak(graph) - graph.static_mem
+        top = checkpoint_all_peak(graph) - graph.static_mem
+        frees = [least + share * (top - least) for share in rng.permutation(
+            np.linspace(-0.05, 1.05, 9))]
+        cold = {}
+        for free in frees:
+            chain_dp.forget_states()
+            cold[free] = optimal_cost(chain, free)[0]
+        chain_dp.forget_states()
+        for free in frees:
+            cost, dp = optimal_cost(chain, free)
+            assert cost == cold[free], (graph.size, free)
+            if cost < np.inf:
+                R, S = chain_dp.schedule(graph, dp, free)
+                sim = simulate(graph, R, S)
+                assert sim.peak_memory <= graph.static_mem + free
+                assert sim.compute_cost == pytest.approx(cost, rel=1e-9)
+                checked += 1
+    assert checked > 50
+    graph = remat.graphs.linear(256)  # C: 0.8-2.5 s cold
+    chain, free = chain_of(graph), parse_budget("30%", graph) - graph.static_mem
+    chain_dp.forget_states()
+    cold = chain_dp.persistent_cost(chain, free)[0]
+    chain_dp.forget_states()
+    with pytest.raises(chain_dp._OutOfTime):
+        chain_dp.persistent_cost(chain, free, time.perf_counter())
+    resumed, dp = chain_dp.persistent_cost(chain, free)
+    assert resumed == cold and dp.solves > 0
+
+
+def test_chain_dp_is_never_dearer_than_griewank():
+    """auto leaves griewank out where chain-dp runs: Revolve's schedules are persistent, so the
+    persistent recursion's optimum is at most griewank's cost wherever griewank fits, on unit,
+    heterogeneous and random chains from their least peak to checkpoint-all's peak."""
+    from remat.solvers import chain_dp
+
+    graphs = [remat.graphs.linear(n, unit=unit) for n in (8, 24, 48) for unit in (True, False)]
+    graphs += [random_chain(n, seed) for n in (5, 9, 14) for seed in range(2)]
+    checked = 0
+    for graph in graphs:
+        least, top = chain_dp.least_peak(graph), checkpoint_all_peak(graph)
+        for share in np.linspace(0, 1, 9):
+            budget = least + share * (top - least)
+            revolve = solver("griewank")(graph, budget, SolveOptions())
+            if revolve.feasible:
+                cost = chain_dp.persistent_cost(chain_of(graph), budget - graph.static_mem)[0]
+                assert cost <= revolve.compute_cost * (1 + 1e-9), (graph.size, share)
+                checked += 1
+    assert checked > 60
 
 
 def test_the_compiled_least_peak_tables_are_numpy_s():
@@ -493,8 +558,8 @@ def test_graded_dp_fits_and_is_exact_on_a_whole_grid(n):
 def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkeypatch):
     """Heterogeneous linear(384) (in C; 74305 distinct segments, a persistent recursion of 3-18
     s) or linear(192) (in Python; 18721, 12-38 s): retention goes first, and chain-dp, last,
-    gets all that is left (a fake clock: each method uses all it is given). On unit
-    linear(192) chain-dp runs first (where it proves, the baselines and griewank never run).
+    gets all that is left (a fake clock: each method uses all it is given); griewank does not
+    run. On unit linear(192) chain-dp runs first (where it proves, the baselines never run).
     Past ``CHAIN_DP_MAX`` layers there is no chain-dp."""
     from types import SimpleNamespace
 
@@ -503,6 +568,7 @@ def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkey
     graph = remat.graphs.linear(384 if auto.COMPILED else 192)
     methods = auto.candidate_methods(graph)
     assert methods[0] != "chain-dp" and methods[-2:] == ["retention", "chain-dp"]
+    assert "griewank" not in methods  # chain-dp's persistent class holds Revolve's schedules
     assert auto.candidate_methods(remat.graphs.linear(192, unit=True))[:2] == \
         ["chain-dp", "checkpoint-all"]
     longest = auto.CHAIN_DP_MAX[0]

@@ -5,16 +5,20 @@
  * (tests/test_fast_solvers.py compares them). chain_dp.py prepares the tables and falls back
  * to the Python recursion where this module was not built.
  *
- * solve(n, fp, bp, fcost, mem, fws, grad, base, need, own, store_peak, segment, segments,
- *       extended, budget, cutoff, seconds)
+ * new_state(n, fp, bp, fcost, mem, fws, grad, base, need, own, store_peak, segment, segments,
+ *           extended)
  *   n: layers including the loss layer; fp, bp: prefix sums of forward and backward costs
  *   (n + 1 each); fcost, mem, fws, base: n each; grad: n + 1; need, own: n * n; store_peak:
  *   2 * n * n ([top][s][t]); segment: n * n C ints, the content of segment s..t (0..segments-1,
- *   equal for segments of equal content); budget, cutoff: the root's (``best``); seconds: the
- *   time limit (< 0: none).
- * Returns None past the time limit, else (cost, peak, solves, sweeps): sweeps is a flat list
- * (t, first, last, ...) of the forward sweeps of the schedule, empty when the root has none
- * (peak inf: nothing fits, or nothing within the cutoff).
+ *   equal for segments of equal content). Returns a capsule: the recursion's interval stores,
+ *   empty, which every solve() on it adds to (their facts hold at every budget), and the
+ *   tables, held until the capsule is freed.
+ * solve(state, budget, cutoff, seconds)
+ *   budget, cutoff: the root's (``best``); seconds: the time limit (< 0: none).
+ * Returns None past the time limit (the stores keep every search that finished: a later
+ * solve resumes), else (cost, peak, solves, sweeps): solves counts this call's searches;
+ * sweeps is a flat list (t, first, last, ...) of the forward sweeps of the schedule, empty
+ * when the root has none (peak inf: nothing fits, or nothing within the cutoff).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -60,6 +64,8 @@ typedef struct {
     int failure; /* 1: out of time, 2: out of memory, 3: lost interval, 4: a signal */
     int *ops;
     Py_ssize_t nops, opscap;
+    double **scratch; /* the sweeps in use, innermost last: freed here if a search stops */
+    Py_ssize_t nscratch, scratchcap;
 } DP;
 
 typedef struct {
@@ -325,18 +331,24 @@ static double store_cost(const DP *dp, Py_ssize_t s, Py_ssize_t t, int top) {
 
 /* _sweep: the forward sweep of stage b_t from base a_{s-1} through a_s..a_{s+len-1} (cost
  * through a_j, peak with the base held, peak with the base freed after computing a_s); the
- * caller frees the three arrays (one block) */
+ * caller frees the three arrays (one block) with done_sweep */
 static double *sweep(DP *dp, Py_ssize_t s, Py_ssize_t t, int top, Py_ssize_t len,
                      double **held_peak, double **freed_peak) {
     const double *mem = dp->mem, *fws = dp->fws, *fc = dp->fcost;
     double base = dp->base[s];
     double extra = base + dp->grad[t + 1] + (top ? mem[t] : 0.0);
     double cost = 0.0, peak = extra + mem[s] + fws[s], early = peak;
-    double *costs = malloc((size_t)(3 * (len > 0 ? len : 1)) * sizeof(double));
+    double *costs;
+    if (dp->nscratch == dp->scratchcap) {
+        dp->scratchcap = dp->scratchcap ? 2 * dp->scratchcap : 16;
+        dp->scratch = grow(dp, dp->scratch, dp->scratchcap, sizeof(double *));
+    }
+    costs = malloc((size_t)(3 * (len > 0 ? len : 1)) * sizeof(double));
     if (!costs) {
         dp->failure = 2;
         longjmp(dp->fail, 1);
     }
+    dp->scratch[dp->nscratch++] = costs;
     *held_peak = costs + len;
     *freed_peak = costs + 2 * len;
     for (Py_ssize_t k = 0; k < len; k++) {
@@ -352,6 +364,11 @@ static double *sweep(DP *dp, Py_ssize_t s, Py_ssize_t t, int top, Py_ssize_t len
         (*freed_peak)[k] = early;
     }
     return costs;
+}
+
+/* frees the innermost sweep */
+static void done_sweep(DP *dp) {
+    free(dp->scratch[--dp->nscratch]);
 }
 
 /* _lifted: a lower bound on every held or drop block over layers u..t ending at b_m */
@@ -461,7 +478,7 @@ static Answer split_held(DP *dp, Py_ssize_t s, Py_ssize_t t, int top, Py_ssize_t
     costs = sweep(dp, s, t, top, m - s, &held_peak, &freed_peak);
     first_checkpoints(dp, &run, s, t, top, m, e, budget, up_budget, costs, held_peak, base, 1,
                       least);
-    free(costs);
+    done_sweep(dp);
     return search_result(&run, choice);
 }
 
@@ -481,10 +498,10 @@ static Answer split_drop(DP *dp, Py_ssize_t u, Py_ssize_t t, int top, Py_ssize_t
     costs = sweep(dp, u, t, top, m - u, &held_peak, &freed_peak);
     if (first_checkpoints(dp, &run, u, t, top, m, e, budget, budget, costs, freed_peak, 0.0, 4,
                           least)) {
-        free(costs);
+        done_sweep(dp);
         return search_result(&run, choice);
     }
-    free(costs);
+    done_sweep(dp);
     block_least = fp[t + 1 - top] - fp[u] + bp[t + 1];
     base = dp->base[u];
     for (Py_ssize_t mp = m + 1; mp <= t; mp++) {
@@ -709,12 +726,35 @@ static void release(DP *dp) {
     }
     free(tb->blocks); free(tb->keys); free(tb->stores);
     free(dp->ops);
+    while (dp->nscratch) done_sweep(dp);
+    free(dp->scratch);
 }
 
+/* a kept recursion: its stores, and the tables it reads (held until it is freed) */
+#define TABLES 11
+#define STATE "remat.chain_dp_state"
+typedef struct {
+    DP dp;
+    Py_buffer views[TABLES];
+    int broken; /* out of memory or a lost interval: its stores cannot be trusted */
+} State;
+
+static void free_state(PyObject *capsule) {
+    State *st = PyCapsule_GetPointer(capsule, STATE);
+    if (!st) return;
+    release(&st->dp);
+    for (int k = 0; k < TABLES; k++) PyBuffer_Release(&st->views[k]);
+    free(st);
+}
+
+/* the root's answer at ``budget`` (Python's ``best``), then its schedule; stores kept */
 static PyObject *run(DP *dp, double budget, double cutoff) {
     volatile Answer root = {INFINITY, INFINITY};
+    long long before = dp->solves;
     PyObject *sweeps;
+    dp->nops = 0;
     if (setjmp(dp->fail)) {
+        while (dp->nscratch) done_sweep(dp); /* every store holds finished searches only */
         if (dp->failure == 1) Py_RETURN_NONE;
         if (dp->failure == 2) return PyErr_NoMemory();
         if (dp->failure == 4) return NULL;
@@ -734,47 +774,67 @@ static PyObject *run(DP *dp, double budget, double cutoff) {
         }
         PyList_SET_ITEM(sweeps, k, v);
     }
-    return Py_BuildValue("ddLN", root.cost, root.peak, dp->solves, sweeps);
+    return Py_BuildValue("ddLN", root.cost, root.peak, dp->solves - before, sweeps);
 }
 
-static PyObject *solve(PyObject *self, PyObject *args) {
+static PyObject *new_state(PyObject *self, PyObject *args) {
     Py_ssize_t n, segments;
-    Py_buffer fp, bp, fcost, mem, fws, grad, base, need, own, store, segment;
-    double budget, cutoff, seconds;
     int extended;
-    DP dp;
+    State *st = calloc(1, sizeof(State));
+    Py_buffer *v;
+    DP *dp;
     PyObject *out = NULL;
     (void)self;
-    if (!PyArg_ParseTuple(args, "ny*y*y*y*y*y*y*y*y*y*y*npddd", &n, &fp, &bp, &fcost, &mem,
-                          &fws, &grad, &base, &need, &own, &store, &segment, &segments,
-                          &extended, &budget, &cutoff, &seconds))
+    if (!st) return PyErr_NoMemory();
+    v = st->views;
+    dp = &st->dp;
+    if (!PyArg_ParseTuple(args, "ny*y*y*y*y*y*y*y*y*y*y*np", &n, &v[0], &v[1], &v[2], &v[3],
+                          &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &segments,
+                          &extended)) {
+        free(st);
         return NULL;
-    memset(&dp, 0, sizeof dp);
-    if (n >= 1 && segments >= 1 && table(&fp, n + 1, "fp") && table(&bp, n + 1, "bp") &&
-        table(&fcost, n, "fcost") && table(&mem, n, "mem") && table(&fws, n, "fws") &&
-        table(&grad, n + 1, "grad") && table(&base, n, "base") && table(&need, n * n, "need") &&
-        table(&own, n * n, "own") && table(&store, 2 * n * n, "store_peak") &&
-        sized(&segment, n * n, (Py_ssize_t)sizeof(int), "segment")) {
-        dp.n = n;
-        dp.extended = extended;
-        dp.fp = fp.buf; dp.bp = bp.buf; dp.fcost = fcost.buf; dp.mem = mem.buf;
-        dp.fws = fws.buf; dp.grad = grad.buf; dp.base = base.buf; dp.need = need.buf;
-        dp.own = own.buf; dp.store_peak = store.buf; dp.segment = segment.buf;
-        dp.nsteps = 2 * segments;
-        dp.steps = calloc((size_t)dp.nsteps, sizeof(Steps));
-        dp.deadline = seconds < 0 ? -1.0 : now() + seconds;
-        if (!dp.steps)
-            PyErr_NoMemory();
-        else
-            out = run(&dp, budget, cutoff);
-        release(&dp);
+    }
+    if (n >= 1 && segments >= 1 && table(&v[0], n + 1, "fp") && table(&v[1], n + 1, "bp") &&
+        table(&v[2], n, "fcost") && table(&v[3], n, "mem") && table(&v[4], n, "fws") &&
+        table(&v[5], n + 1, "grad") && table(&v[6], n, "base") && table(&v[7], n * n, "need") &&
+        table(&v[8], n * n, "own") && table(&v[9], 2 * n * n, "store_peak") &&
+        sized(&v[10], n * n, (Py_ssize_t)sizeof(int), "segment")) {
+        dp->n = n;
+        dp->extended = extended;
+        dp->fp = v[0].buf; dp->bp = v[1].buf; dp->fcost = v[2].buf; dp->mem = v[3].buf;
+        dp->fws = v[4].buf; dp->grad = v[5].buf; dp->base = v[6].buf; dp->need = v[7].buf;
+        dp->own = v[8].buf; dp->store_peak = v[9].buf; dp->segment = v[10].buf;
+        dp->nsteps = 2 * segments;
+        dp->steps = calloc((size_t)dp->nsteps, sizeof(Steps));
+        if (!dp->steps) PyErr_NoMemory();
+        else out = PyCapsule_New(st, STATE, free_state);
     } else if (!PyErr_Occurred()) {
         PyErr_SetString(PyExc_ValueError, "_chain_dp_c: n and segments must be >= 1");
     }
-    PyBuffer_Release(&fp); PyBuffer_Release(&bp); PyBuffer_Release(&fcost);
-    PyBuffer_Release(&mem); PyBuffer_Release(&fws); PyBuffer_Release(&grad);
-    PyBuffer_Release(&base); PyBuffer_Release(&need); PyBuffer_Release(&own);
-    PyBuffer_Release(&store); PyBuffer_Release(&segment);
+    if (!out) {
+        release(dp);
+        for (int k = 0; k < TABLES; k++) PyBuffer_Release(&v[k]);
+        free(st);
+    }
+    return out;
+}
+
+static PyObject *solve(PyObject *self, PyObject *args) {
+    PyObject *capsule, *out;
+    double budget, cutoff, seconds;
+    State *st;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Oddd", &capsule, &budget, &cutoff, &seconds)) return NULL;
+    st = PyCapsule_GetPointer(capsule, STATE);
+    if (!st) return NULL;
+    if (st->broken) {
+        PyErr_SetString(PyExc_RuntimeError, "_chain_dp_c: this state failed before; make a "
+                        "new one");
+        return NULL;
+    }
+    st->dp.deadline = seconds < 0 ? -1.0 : now() + seconds;
+    out = run(&st->dp, budget, cutoff);
+    if (!out && (st->dp.failure == 2 || st->dp.failure == 3)) st->broken = 1;
     return out;
 }
 
@@ -865,9 +925,11 @@ static PyObject *least_peak(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"new_state", new_state, METH_VARARGS,
+     "new_state(n, fp, bp, fcost, mem, fws, grad, base, need, own, store_peak, segment, "
+     "segments, extended) -> a recursion whose stores solve() keeps"},
     {"solve", solve, METH_VARARGS,
-     "solve(n, fp, bp, fcost, mem, fws, grad, base, need, own, store_peak, segment, segments, "
-     "extended, budget, cutoff, seconds) -> None past the time limit, else (cost, peak, "
+     "solve(state, budget, cutoff, seconds) -> None past the time limit, else (cost, peak, "
      "solves, sweeps)"},
     {"least_peak", least_peak, METH_VARARGS,
      "least_peak(n, fp, mem, fws, base, above, single_peak, single_cost) -> (peak, cost, first, "

@@ -5,10 +5,12 @@ the best lower bound proved so far, and returns the cheapest schedule that fits 
 bound: on chains of up to ``CHAIN_DP_MAX`` layers ``chain-dp`` (its recursions stop at its
 share of the time; first, where its DP is small, ``CHAIN_DP_FIRST``, so that where it proves
 its schedule nothing else runs: on linear(384, unit) chen-greedy and ap-greedy take 0.5 s
-each and griewank's simulations of every slot count 7.6 s; else after ``retention``); the
-classic baselines (always, unless chain-dp proved first); on chains, the least-peak
-persistent schedule first (``peak_floor.reached``: no floor search); then
-auto proves the retention bound itself (``remat.solvers.bounds``: a small knapsack, usually
+each; else after ``retention``); the classic baselines (always, unless chain-dp proved
+first; but not griewank where chain-dp runs: Revolve's schedules keep each snapshot until its
+last reader, so they are in the persistent class that chain-dp searches exactly, and its
+simulations of every slot count took 7.9 s of auto's 30 on heterogeneous linear(384)); on
+chains, the least-peak persistent schedule first (``peak_floor.reached``: no floor search);
+then auto proves the retention bound itself (``remat.solvers.bounds``: a small knapsack, usually
 well under a second; chain-dp proves its own) and runs ``retention`` (the schedule of the
 bound's knapsack, and its local search); then ``milp``,
 started from the best schedule so far, on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP
@@ -57,10 +59,13 @@ segments, 0.8-2.5 s at 0-60% of the budget range; unit chains of 512 layers, 153
 8385 segments, ~2.5 s; unit chains of 256 layers, 768 segments, 3.2 s; heterogeneous
 linear(192) (18721) takes 12-38 s, and there retention, first, proves 30% and 60% in 3.6 and
 2.7 s (session 10)."""
-CHAIN_DP_MAX = (512, 80_000) if COMPILED else (384, 20_000)
+CHAIN_DP_MAX = (512, 140_000) if COMPILED else (384, 20_000)
 """Longer chains, or more segments, and auto leaves chain-dp out. In C: heterogeneous
-linear(384) (74305 segments) takes 3-18 s, after retention; heterogeneous linear(320) 1.8-6.6
-s; unit chains of 768 layers 0.5-1.7 s, and their least-peak schedule (``least_peak``, which
+linear(384) (74305 segments) takes 3-18 s, after retention, and heterogeneous linear(512)
+(131841) 12-75 s: there it gets the time retention leaves (the whole of it: auto passes its
+best schedule, ``chain_dp.FALLBACK_SHARE``), and where it does not finish, its least-peak
+schedule is what fits a budget that low, and a later call on the chain resumes the recursion;
+heterogeneous linear(320) 1.8-6.6 s; unit chains of 768 layers 0.5-1.7 s, and their least-peak schedule (``least_peak``, which
 auto records first) 2.0 s (6.7 s before its tables ran in C). In Python: 10-12 s on unit
 chains of 384 layers, 26 s to over 30 s at 512, 59-95 s on heterogeneous linear(256) (33153
 segments)."""
@@ -87,6 +92,8 @@ def candidate_methods(graph: RematGraph) -> list[str]:
     """The methods ``auto`` tries on this graph, cheapest first."""
     methods = applicable(graph, BASELINES)
     after = _chain_dp_after_retention(graph)
+    if after is not None:  # Revolve's schedules are in chain-dp's persistent class
+        methods = [m for m in methods if m != "griewank"]
     if after:
         methods.insert(methods.index("retention") + 1, "chain-dp")
     elif after is not None:  # first where quick: where it proves, nothing else runs

@@ -87,9 +87,16 @@ fits, status "timeout": the one of least peak (``least_peak_tables``, in C: 0.2 
 layers; numpy: 0.1 s at 192 layers, 0.9 s at 384) and the recursion's on a budget grid
 (``_Graded``, numpy, O(n^3) per grid level: 0.5-0.8 s with 16 levels at 192 layers, 5-8 s at
 384), on as many levels as the time left allows (heterogeneous linear(192) at its least
-peak: 1.33 of the total cost, the least-peak schedule 1.90). ``solve`` skips the search of
-the full class where the retention bound already meets the persistent cost, and gives what
-is left of the limit to the bound where it does not meet the final cost.
+peak: 1.33 of the total cost, the least-peak schedule 1.90); where the caller has a schedule
+already (``SolveOptions.initial``), the recursion gets the whole limit. ``solve`` skips the
+search of the full class where the retention bound already meets the persistent cost, and
+gives what is left of the limit to the bound where it does not meet the final cost.
+
+The C recursions keep their interval stores per chain (``_STATES``; every fact in them holds
+at every budget), so a later call on the same chain, at any budget, starts from every search
+finished before, including those of a call that ran out of time: on heterogeneous
+linear(256), after one budget (1.0 s cold), other budgets take 0.02-0.16 s instead of 0.8-1.4
+s (bench/results/fast_notes.md, session 17).
 
 A node's transient workspace (``RematGraph.workspace``) is added to its own candidate: in the
 sweeps, in ``need``/``own`` (each backward node's own operands) and in ``store_peak``, exactly
@@ -124,7 +131,10 @@ COMPILED = _chain_dp_c is not None
 INF = float("inf")
 FALLBACK_SHARE = 0.25
 """The share of its time limit ``solve`` keeps from the persistent recursion for
-``_fallback``, used only if the recursion does not finish in the rest."""
+``_fallback``, used only if the recursion does not finish in the rest. None where the caller
+already has a schedule (``SolveOptions.initial``: ``auto``'s best so far): the recursion then
+gets the whole limit, the fallback only its least-peak schedule (0.2 s at 512 layers), and a
+later call on the same chain resumes the recursion (``_Compiled``)."""
 GRADED_LEVELS = 16
 """The first grid of ``_fallback``'s graded DP (doubled while time remains)."""
 _SLACK = 1e-12
@@ -184,16 +194,24 @@ TABLES_KEPT = 4
 to four times (segment count, least-peak schedule, persistent recursion, full class)."""
 _TABLES: dict[Chain, tuple] = {}
 _PACKED: dict[Chain, tuple] = {}
+_STATES: dict[tuple[Chain, bool], object] = {}
+"""The C recursions kept, by (chain, extended): their stores answer later budgets of the same
+chain (``_Compiled``)."""
 
 
-def _kept(cache: dict, chain: Chain, make):
-    """``cache[chain]``, made by ``make()`` on a miss; the oldest goes past ``TABLES_KEPT``."""
-    found = cache.get(chain)
+def _kept(cache: dict, key, make):
+    """``cache[key]``, made by ``make()`` on a miss; the oldest goes past ``TABLES_KEPT``."""
+    found = cache.get(key)
     if found is None:
         if len(cache) >= TABLES_KEPT:
             cache.pop(next(iter(cache)))
-        found = cache[chain] = make()
+        found = cache[key] = make()
     return found
+
+
+def forget_states() -> None:
+    """Drop the kept C recursions (benchmarks: each call then starts cold)."""
+    _STATES.clear()
 
 
 class _ChainDP:
@@ -961,8 +979,11 @@ def persistent_cost(chain: Chain, free_mem: float, deadline: float | None = None
 class _Compiled:
     """A recursion of ``_ChainDP`` (persistent, or the full class if ``extended``) run in C
     (``_chain_dp_c.c``) at one budget and cutoff (those of ``best``): the same states, order
-    and float operations, so the same cost, schedule and number of solves. Holds the
-    answer, not the states. Raises ``_OutOfTime`` past ``deadline``."""
+    and float operations, so the same cost, schedule and number of solves (``solves``: this
+    call's) from a cold start. Holds the answer; the states stay in C, kept per chain
+    (``_STATES``), so a later budget of the same chain starts from every search finished
+    before, including those of a call that ran out of time (forward). Raises
+    ``_OutOfTime`` past ``deadline``."""
 
     def __init__(self, chain: Chain, budget: float, deadline: float | None,
                  extended: bool = False, cutoff: float = INF):
@@ -971,8 +992,14 @@ class _Compiled:
         tables = _ChainDP(chain, extended=False)
         self.n = tables.n
         seconds = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
-        found = _chain_dp_c.solve(tables.n, *_packed(tables), extended, float(budget),
-                                  float(cutoff), seconds)
+        key = (chain, extended)
+        state = _kept(_STATES, key, lambda: _chain_dp_c.new_state(
+            tables.n, *_packed(tables), extended))
+        try:
+            found = _chain_dp_c.solve(state, float(budget), float(cutoff), seconds)
+        except (RuntimeError, MemoryError):  # its stores cannot be trusted: start afresh
+            _STATES.pop(key, None)
+            raise
         if found is None:
             raise _OutOfTime
         self.cost, self.peak, self.solves, sweeps = found
@@ -1067,8 +1094,9 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     deadline = None if options.time_limit is None else start + options.time_limit
     chain = chain_of(graph)
     free_mem = float(budget) - graph.static_mem
+    reserve = 0.0 if options.initial is not None else FALLBACK_SHARE
     try:
-        cost, dp = persistent_cost(chain, free_mem, _before(start, deadline, FALLBACK_SHARE))
+        cost, dp = persistent_cost(chain, free_mem, _before(start, deadline, reserve))
     except _OutOfTime:
         return _fallback(graph, chain, budget, start, deadline)
     known = None
