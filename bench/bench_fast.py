@@ -12,9 +12,10 @@ from the smallest feasible budget to the checkpoint-all peak), runs ``chain-dp``
 (Checkmate's MILP as published: cold start, HiGHS's own bound) with a time limit; each method
 proves its own bound (cached bounds are dropped before each). ``dags``: ``milp`` (HiGHS)
 against ``cpsat`` (the same model on CP-SAT) on small U-Nets, random DAGs and chains, at
-budgets above the exact smallest one. ``sweep``: ``chain-dp`` over a sweep of budgets of each
-chain (``SWEEP``, in that order), cold (its kept C recursions dropped before each budget) and
-warm (kept across the sweep, as a user's sweep runs), each proving its own bound.
+budgets above the exact smallest one. ``sweep``: chain-dp's persistent recursion (in C: the one
+whose states are kept per chain; no bound) over a sweep of budgets of each chain (``SWEEP``,
+from the largest down), cold (the kept states dropped before each budget) and warm (kept
+across the sweep, as in a user's sweep), down and up; ``--time-limit`` per budget.
 Rows (graph, budget, method) go to CSV and JSON as they come: solve time, cost, proven bound,
 gap, and the time ratio to the reference method. Timings are wall clock on a shared machine:
 noisy.
@@ -34,7 +35,7 @@ import remat
 from remat.schedule.budget import checkpoint_all_peak
 from remat.solvers import SolveOptions, solver
 from remat.solvers.bounds import forget_bounds
-from remat.solvers.chain_dp import forget_states
+from remat.solvers.chain_dp import _OutOfTime, chain_of, forget_states, persistent_cost
 from remat.solvers.milp import solve_with
 from remat.solvers.milp_model import TIGHT
 
@@ -86,21 +87,27 @@ def run_sweep(sizes, limit, stem, log=sys.stderr) -> list[dict]:
     for n in sizes:
         for unit in (True, False):
             graph = remat.graphs.linear(n, unit=unit)
-            name = f"linear{n}{'-unit' if unit else ''}"
+            name, chain = f"linear{n}{'-unit' if unit else ''}", chain_of(graph)
             least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
             peak = checkpoint_all_peak(graph)
-            for mode in ("cold", "warm"):
+            for mode in ("cold", "warm down", "warm up"):
                 forget_states()
-                for fraction in SWEEP:
+                for fraction in SWEEP[::-1] if mode == "warm up" else SWEEP:
                     budget = least + fraction * (peak - least)
                     if mode == "cold":
                         forget_states()
-                    forget_bounds(graph)
                     start = time.perf_counter()
-                    sol = solver("chain-dp")(graph, budget, SolveOptions(time_limit=limit))
-                    rows.append(row(name, n, unit, fraction, budget, sol,
-                                    time.perf_counter() - start, f"chain-dp {mode}"))
-                    report(rows, stem, "chain-dp cold", log)
+                    try:
+                        cost = persistent_cost(chain, budget - graph.static_mem, start + limit)[0]
+                        status = "optimal in class"
+                    except _OutOfTime:
+                        cost, status = None, "timeout"
+                    wall = time.perf_counter() - start
+                    rows.append(dict(graph=name, n=n, unit=unit, T=graph.size,
+                                     budget_fraction=fraction, budget_bytes=budget,
+                                     method=f"persistent {mode}", status=status, cost=cost,
+                                     lower_bound=None, gap=None, solve_time=round(wall, 4)))
+                    report(rows, stem, "persistent cold", log)
     return rows
 
 

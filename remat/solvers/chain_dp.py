@@ -92,11 +92,11 @@ already (``SolveOptions.initial``), the recursion gets the whole limit. ``solve`
 search of the full class where the retention bound already meets the persistent cost, and
 gives what is left of the limit to the bound where it does not meet the final cost.
 
-The C recursions keep their interval stores per chain (``_STATES``; every fact in them holds
-at every budget), so a later call on the same chain, at any budget, starts from every search
-finished before, including those of a call that ran out of time: on heterogeneous
-linear(256), after one budget (1.0 s cold), other budgets take 0.02-0.16 s instead of 0.8-1.4
-s (bench/results/fast_notes.md, session 17).
+The persistent C recursion keeps its interval stores per chain (``_STATES``; every fact in
+them holds at every budget), so a later call on the same chain, at any budget, starts from
+every search finished before, including those of a call that ran out of time: on
+heterogeneous linear(256), after one budget (1.0 s cold), other budgets take 0.02-0.16 s
+instead of 0.8-1.4 s (bench/results/fast_notes.md, session 17).
 
 A node's transient workspace (``RematGraph.workspace``) is added to its own candidate: in the
 sweeps, in ``need``/``own`` (each backward node's own operands) and in ``store_peak``, exactly
@@ -194,8 +194,8 @@ TABLES_KEPT = 4
 to four times (segment count, least-peak schedule, persistent recursion, full class)."""
 _TABLES: dict[Chain, tuple] = {}
 _PACKED: dict[Chain, tuple] = {}
-_STATES: dict[tuple[Chain, bool], object] = {}
-"""The C recursions kept, by (chain, extended): their stores answer later budgets of the same
+_STATES: dict[Chain, object] = {}
+"""The persistent C recursions kept, by chain: their stores answer later budgets of the same
 chain (``_Compiled``)."""
 
 
@@ -980,10 +980,12 @@ class _Compiled:
     """A recursion of ``_ChainDP`` (persistent, or the full class if ``extended``) run in C
     (``_chain_dp_c.c``) at one budget and cutoff (those of ``best``): the same states, order
     and float operations, so the same cost, schedule and number of solves (``solves``: this
-    call's) from a cold start. Holds the answer; the states stay in C, kept per chain
-    (``_STATES``), so a later budget of the same chain starts from every search finished
-    before, including those of a call that ran out of time (forward). Raises
-    ``_OutOfTime`` past ``deadline``."""
+    call's) from a cold start. Holds the answer; the persistent recursion's states stay in C,
+    kept per chain (``_STATES``), so a later budget of the same chain starts from every search
+    finished before, including those of a call that ran out of time. The full class starts
+    cold each time: its searches are mostly proofs below a cutoff, and kept stores made them
+    slower (linear(128, unit) at 5% of the range: 1.43 s cold, 1.64-2.15 s after other
+    budgets, with fewer solves: session 17). Raises ``_OutOfTime`` past ``deadline``."""
 
     def __init__(self, chain: Chain, budget: float, deadline: float | None,
                  extended: bool = False, cutoff: float = INF):
@@ -992,13 +994,15 @@ class _Compiled:
         tables = _ChainDP(chain, extended=False)
         self.n = tables.n
         seconds = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
-        key = (chain, extended)
-        state = _kept(_STATES, key, lambda: _chain_dp_c.new_state(
-            tables.n, *_packed(tables), extended))
+        def fresh():  # the C recursion, no searches yet
+            return _chain_dp_c.new_state(tables.n, *_packed(tables), extended)
+
+        state = fresh() if extended else _kept(_STATES, chain, fresh)
         try:
             found = _chain_dp_c.solve(state, float(budget), float(cutoff), seconds)
         except (RuntimeError, MemoryError):  # its stores cannot be trusted: start afresh
-            _STATES.pop(key, None)
+            if not extended:
+                _STATES.pop(chain, None)
             raise
         if found is None:
             raise _OutOfTime
