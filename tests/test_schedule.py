@@ -211,6 +211,19 @@ def test_solution_json_roundtrip(tmp_path):
         back.check(remat.graphs.linear(16, unit=True))
 
 
+def test_auto_reports_its_choice_as_the_simulator_does():
+    """auto relabels its chosen schedule instead of simulating it again: the cost, peak and
+    plan are the simulator's for that R and S, the bound at most the cost."""
+    g = remat.graphs.linear(24)
+    sol = remat.solve(g, "40%", method="auto", time_limit=10)
+    sim = simulate(g, sol.R, sol.S)
+    assert sol.method == "auto" and sol.details["chosen"] != "auto"
+    assert sol.compute_cost == sim.compute_cost and sol.peak_memory == sim.peak_memory
+    assert sol.plan == sim.plan and sol.lower_bound <= sol.compute_cost
+    with pytest.raises(ValueError, match="status"):
+        sol.relabelled(g, "auto", "infeasible", sol.budget)
+
+
 def test_broken_solution_json():
     with pytest.raises(InvalidScheduleError, match="remat-solution/1"):
         remat.Solution.from_json('{"format": "remat-graph/1"}')

@@ -163,9 +163,9 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     best = _cheapest(feasible)
     status = "optimal" if meets(best.compute_cost, bound) else \
         ("timeout" if any(r.status == "timeout" for r in results) else "feasible")
-    return Solution.from_schedule(graph, best.R, best.S, "auto", status, budget,
-                                  lower_bound=bound, solve_time=elapsed, min_budget=min_budget,
-                                  chosen=best.method, tried=[r.method for r in results])
+    return best.relabelled(graph, "auto", status, budget, lower_bound=bound, solve_time=elapsed,
+                           min_budget=min_budget, chosen=best.method,
+                           tried=[r.method for r in results])
 
 
 def _below_floor(graph: RematGraph, budget: float, floor: float, options: SolveOptions,
