@@ -258,8 +258,7 @@ def retained(graph: RematGraph, room: np.ndarray, gap_list: list[tuple[int, int,
     for k in columns:
         col = model.column(-float(weights[k]))
         v, first, last = gap_list[k]
-        for t in range(first, last + 1):
-            model.memory(t, col, float(graph.mem[v]))
+        model.memory_span(first, last, col, float(graph.mem[v]))
     result = highs_backend.run(model.arrays(), time_limit=time_limit, threads=threads)
     if result.x is None:
         return None
@@ -358,10 +357,8 @@ def _gap_model(graph: RematGraph, columns: list[tuple[int, int, int]], room: np.
         if added + last + 1 - split > staged:
             split = last + 1
         added += last + 1 - split
-        for t in range(first, last + 1):
-            if t < split:
-                model.memory(t, col, float(graph.mem[v]))
-                continue
+        model.memory_span(first, min(split, last + 1) - 1, col, float(graph.mem[v]))
+        for t in range(split, last + 1):
             alive_v = model.column(0.0)  # y: v alive at stage t, at least x
             model.memory(t, alive_v, float(graph.mem[v]))
             model.row([alive_v, col], [1.0, -1.0], 0.0)
@@ -567,7 +564,9 @@ class _Model:
         self.cost: list[float] = []
         self.upper: list[float] = []
         self.integer: list[bool] = []
-        self.entries: list[tuple[int, int, float]] = []  # (stage, column, bytes)
+        self.stages: list[int] = []  # memory entries: stage, column, bytes
+        self.columns: list[int] = []
+        self.sizes: list[float] = []
         self.rows: list[tuple[list[int], list[float], float]] = []  # (columns, values, lower)
 
     def column(self, cost: float, upper: float | None = None) -> int:
@@ -578,7 +577,17 @@ class _Model:
         return len(self.cost) - 1
 
     def memory(self, stage: int, column: int, size: float) -> None:
-        self.entries.append((stage, column, size))
+        self.stages.append(stage)
+        self.columns.append(column)
+        self.sizes.append(size)
+
+    def memory_span(self, first: int, last: int, column: int, size: float) -> None:
+        """``size`` bytes of ``column`` in the memory row of each stage first..last."""
+        count = last + 1 - first
+        if count > 0:
+            self.stages.extend(range(first, last + 1))
+            self.columns.extend([column] * count)
+            self.sizes.extend([size] * count)
 
     def row(self, columns: list[int], values: list[float], lower: float) -> None:
         self.rows.append((columns, values, lower))
@@ -586,15 +595,14 @@ class _Model:
     def arrays(self) -> dict:
         from scipy.sparse import coo_matrix
 
-        stages = sorted({stage for stage, _, _ in self.entries})
-        index = {t: r for r, t in enumerate(stages)}
-        rows = [index[t] for t, _, _ in self.entries]
-        cols = [c for _, c, _ in self.entries]
-        vals = [v for _, _, v in self.entries]
+        stages, memory_rows = np.unique(np.array(self.stages, dtype=np.int64),
+                                        return_inverse=True)
+        rows, cols, vals = [], list(self.columns), list(self.sizes)
         for k, (columns, values, _) in enumerate(self.rows):
             rows += [len(stages) + k] * len(columns)
             cols += columns
             vals += values
+        rows = np.concatenate([memory_rows, np.array(rows, dtype=np.int64)])
         shape = (len(stages) + len(self.rows), len(self.cost))
         lower = [-np.inf] * len(stages) + [lo for _, _, lo in self.rows]
         upper = list(self.room[stages].astype(float)) + [np.inf] * len(self.rows)
