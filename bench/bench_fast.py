@@ -113,9 +113,10 @@ def run_sweep(sizes, limit, stem, log=sys.stderr) -> list[dict]:
 
 def run_one(method, graph, budget, limit):
     """One method's solution; each proves its own bound (the graph's cached bounds are
-    dropped first, and chain-dp's kept recursions). chain-dp: the limit bounds its search of the full class (then it keeps the
-    best persistent schedule, details["optimal_in_class"] false). milp-plain: Checkmate's MILP
-    as published (cold start, HiGHS's own bound only), as in bench_bounds.py."""
+    dropped first, and chain-dp's kept recursions). chain-dp: the limit bounds its search of
+    the full class (then it keeps the best persistent schedule, details["optimal_in_class"]
+    false). milp-plain: Checkmate's MILP as published (cold start, HiGHS's own bound only),
+    as in bench_bounds.py."""
     forget_bounds(graph)
     forget_states()
     if method == "milp-plain":

@@ -10,11 +10,10 @@ first; but not griewank where chain-dp runs: Revolve's schedules keep each snaps
 last reader, so they are in the persistent class that chain-dp searches exactly, and its
 simulations of every slot count took 7.9 s of auto's 30 on heterogeneous linear(384)); on
 chains, the least-peak persistent schedule first (``peak_floor.reached``: no floor search);
-then auto proves the retention bound itself (``remat.solvers.bounds``: a small knapsack, usually
-well under a second; chain-dp proves its own) and runs ``retention`` (the schedule of the
-bound's knapsack, and its local search); then ``milp``,
-started from the best schedule so far, on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP
-relaxation with rounding (``lp-rounding``, whose LP optimum is a proven bound) up to
+then auto proves the retention bound itself (``remat.solvers.bounds``: a small knapsack,
+usually well under a second; chain-dp proves its own) and runs ``retention`` (the schedule of
+the bound's knapsack, and its local search); then ``milp``, started from the best schedule so
+far, on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP relaxation with rounding (``lp-rounding``, whose LP optimum is a proven bound) up to
 ``LP_MAX_NODES``.
 Where chain-dp searched its whole class and no milp follows, the rest of the time goes to
 the bound (``_proof_left``).
@@ -65,8 +64,9 @@ linear(384) (74305 segments) takes 3-18 s, after retention, and heterogeneous li
 (131841) 12-75 s: there it gets the time retention leaves (the whole of it: auto passes its
 best schedule, ``chain_dp.FALLBACK_SHARE``), and where it does not finish, its least-peak
 schedule is what fits a budget that low, and a later call on the chain resumes the recursion;
-heterogeneous linear(320) 1.8-6.6 s; unit chains of 768 layers 0.5-1.7 s, and their least-peak schedule (``least_peak``, which
-auto records first) 2.0 s (6.7 s before its tables ran in C). In Python: 10-12 s on unit
+heterogeneous linear(320) 1.8-6.6 s; unit chains of 768 layers 0.5-1.7 s, and their
+least-peak schedule (``least_peak``, which auto records first) 2.0 s (6.7 s before its tables
+ran in C). In Python: 10-12 s on unit
 chains of 384 layers, 26 s to over 30 s at 512, 59-95 s on heterogeneous linear(256) (33153
 segments)."""
 BEFORE_BOUND = CLASSIC + ("chain-dp",)

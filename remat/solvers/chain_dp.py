@@ -133,10 +133,10 @@ COMPILED = _chain_dp_c is not None
 INF = float("inf")
 FALLBACK_SHARE = 0.25
 """The share of its time limit ``solve`` keeps from the persistent recursion for
-``_fallback``, used only if the recursion does not finish in the rest. None where the caller
-already has a schedule (``SolveOptions.initial``: ``auto``'s best so far): the recursion then
-gets the whole limit, the fallback only its least-peak schedule (0.2 s at 512 layers), and a
-later call on the same chain resumes the recursion (``_Compiled``)."""
+``_fallback``, used only if the recursion does not finish in the rest. Nothing is kept where
+the caller already has a schedule (``SolveOptions.initial``: ``auto``'s best so far): the
+recursion then gets the whole limit, the fallback only its least-peak schedule (0.2 s at 512
+layers), and a later call on the same chain resumes the recursion (``_Compiled``)."""
 GRADED_LEVELS = 16
 """The first grid of ``_fallback``'s graded DP (doubled while time remains)."""
 _SLACK = 1e-12
@@ -996,6 +996,7 @@ class _Compiled:
         tables = _ChainDP(chain, extended=False)
         self.n = tables.n
         seconds = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
+
         def fresh():  # the C recursion, no searches yet
             return _chain_dp_c.new_state(tables.n, *_packed(tables), extended)
 
