@@ -753,6 +753,7 @@ static PyObject *run(DP *dp, double budget, double cutoff) {
     long long before = dp->solves;
     PyObject *sweeps;
     dp->nops = 0;
+    dp->failure = 0;
     if (setjmp(dp->fail)) {
         while (dp->nscratch) done_sweep(dp); /* every store holds finished searches only */
         if (dp->failure == 1) Py_RETURN_NONE;
