@@ -166,9 +166,16 @@ def test_a_chain_schedule_at_the_operand_bound_settles_the_floor_without_a_searc
     assert time.perf_counter() - began < 0.5
 
 
-def test_auto_records_a_chain_least_peak_before_the_floor():
+def test_auto_searches_no_floor_on_a_chain():
+    """At a chain's least peak auto needs no floor: a persistent schedule fits (chain-dp's
+    recursion, in C) or its least-peak schedule is recorded (``reached``). One byte below,
+    the recorded least peak is the exact floor, proven without a search."""
     from remat.solvers.peak_floor import _CACHE
 
     graph = remat.graphs.linear(16)
-    sol = solver("auto")(graph, peak_lower_bound(graph), SolveOptions(time_limit=10))
-    assert sol.feasible and _CACHE[graph].exact and _CACHE[graph].seconds == 0.0
+    least = peak_lower_bound(graph)
+    sol = solver("auto")(graph, least, SolveOptions(time_limit=10))
+    assert sol.feasible and (graph not in _CACHE or _CACHE[graph].seconds == 0.0)
+    below = solver("auto")(graph, least - 1, SolveOptions(time_limit=10))
+    assert below.proven_infeasible and below.min_budget == least
+    assert _CACHE[graph].exact and _CACHE[graph].seconds == 0.0

@@ -9,12 +9,13 @@ each; else after ``retention``); the classic baselines (always, unless chain-dp 
 first; but not griewank where chain-dp runs: Revolve's schedules keep each snapshot until its
 last reader, so they are in the persistent class that chain-dp searches exactly, and its
 simulations of every slot count took 7.9 s of auto's 30 on heterogeneous linear(384)); on
-chains, the least-peak persistent schedule first (``peak_floor.reached``: no floor search);
-then auto proves the retention bound itself (``remat.solvers.bounds``: a small knapsack,
-usually well under a second; chain-dp proves its own) and runs ``retention`` (the schedule of
-the bound's knapsack, and its local search); then ``milp``, started from the best schedule so
-far, on graphs of up to ``MILP_MAX_NODES`` nodes, or the LP relaxation with rounding (``lp-rounding``, whose LP optimum is a proven bound) up to
-``LP_MAX_NODES``.
+chains, no floor search (``_floor``: a persistent schedule that fits, or the least-peak
+persistent schedule recorded first, ``peak_floor.reached``); then auto proves the retention
+bound itself (``remat.solvers.bounds``: a small knapsack, usually well under a second;
+chain-dp proves its own) and runs ``retention`` (the schedule of the bound's knapsack, and
+its local search); then ``milp``, started from the best schedule so far, on graphs of up to
+``MILP_MAX_NODES`` nodes, or the LP relaxation with rounding (``lp-rounding``, whose LP
+optimum is a proven bound) up to ``LP_MAX_NODES``.
 Where chain-dp searched its whole class and no milp follows, the rest of the time goes to
 the bound (``_proof_left``).
 A budget below the least possible peak (``peak_floor.below_floor``: one node's operands, then
@@ -37,7 +38,8 @@ from remat.schedule.solution import Solution
 from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, method_applies,
                                 solver)
 from remat.solvers.bounds import bound_time, meets, retention_bound
-from remat.solvers.chain_dp import COMPILED, chain_of, distinct_segments, least_peak
+from remat.solvers.chain_dp import (COMPILED, chain_of, distinct_segments, least_peak,
+                                    persistent_fits)
 from remat.solvers.min_budget import min_budget
 from remat.solvers.peak_floor import below_floor, known_floor, reached
 
@@ -65,10 +67,9 @@ linear(384) (74305 segments) takes 3-18 s, after retention, and heterogeneous li
 best schedule, ``chain_dp.FALLBACK_SHARE``), and where it does not finish, its least-peak
 schedule is what fits a budget that low, and a later call on the chain resumes the recursion;
 heterogeneous linear(320) 1.8-6.6 s; unit chains of 768 layers 0.5-1.7 s, and their
-least-peak schedule (``least_peak``, which auto records first) 2.0 s (6.7 s before its tables
-ran in C). In Python: 10-12 s on unit
-chains of 384 layers, 26 s to over 30 s at 512, 59-95 s on heterogeneous linear(256) (33153
-segments)."""
+least-peak schedule (``least_peak``, which auto records where no persistent schedule fits)
+2.0 s (6.7 s before its tables ran in C). In Python: 10-12 s on unit chains of 384 layers,
+26 s to over 30 s at 512, 59-95 s on heterogeneous linear(256) (33153 segments)."""
 BEFORE_BOUND = CLASSIC + ("chain-dp",)
 """The methods auto runs before proving its own bound: the classic baselines take
 milliseconds, and chain-dp proves its own, stopping as soon as it meets its cost (auto's, with
@@ -124,9 +125,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
     deadline = start + options.time_limit
-    if _chain_dp_after_retention(graph) is not None:  # chains: no floor search (``reached``)
-        reached(graph, least_peak(graph))
-    floor = below_floor(graph, budget, options.time_limit)
+    floor = _floor(graph, budget, options)
     if floor is not None:
         return _below_floor(graph, budget, floor, options, start)
     known = None  # auto's own bound: proved before the first method that needs it
@@ -166,6 +165,23 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     return best.relabelled(graph, "auto", status, budget, lower_bound=bound, solve_time=elapsed,
                            min_budget=min_budget, chosen=best.method,
                            tried=[r.method for r in results])
+
+
+def _floor(graph: RematGraph, budget: float, options: SolveOptions) -> float | None:
+    """``below_floor``'s proven least peak where ``budget`` is below it, else None. On chains
+    where chain-dp goes first (in C), a persistent schedule that fits proves the budget
+    feasible: its recursion, kept per chain, then answers chain-dp again at once, and the
+    least-peak record is not needed (0.55 s of a 1.4 s call on linear(512, unit)). Other
+    chains record their least-peak persistent schedule first (``reached``: no floor search)."""
+    after = _chain_dp_after_retention(graph)
+    if after is False and COMPILED:
+        seconds = min(options.time_limit / 4, CHAIN_DP_SECONDS)
+        if persistent_fits(chain_of(graph), float(budget) - graph.static_mem,
+                           time.perf_counter() + seconds):
+            return None
+    if after is not None:
+        reached(graph, least_peak(graph))
+    return below_floor(graph, budget, options.time_limit)
 
 
 def _below_floor(graph: RematGraph, budget: float, floor: float, options: SolveOptions,

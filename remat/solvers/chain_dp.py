@@ -978,6 +978,15 @@ def persistent_cost(chain: Chain, free_mem: float, deadline: float | None = None
         sys.setrecursionlimit(limit)
 
 
+def persistent_fits(chain: Chain, free_mem: float, deadline: float | None = None) -> bool:
+    """Whether some persistent schedule fits ``free_mem`` bytes above static memory (False
+    also when the recursion is not done by ``deadline``; in C it keeps what it found)."""
+    try:
+        return persistent_cost(chain, free_mem, deadline)[0] < INF
+    except _OutOfTime:
+        return False
+
+
 class _Compiled:
     """A recursion of ``_ChainDP`` (persistent, or the full class if ``extended``) run in C
     (``_chain_dp_c.c``) at one budget and cutoff (those of ``best``): the same states, order
