@@ -382,9 +382,9 @@ def test_the_compiled_recursions_are_the_python_ones(monkeypatch):
 
 
 def test_a_kept_recursion_answers_every_budget_as_a_cold_one():
-    """The C recursions keep their stores per chain, so a budget solved after others (in any
-    order, and after a call that ran out of time) starts from their searches: it gets the
-    cold run's cost, and a schedule of that cost within the budget (the simulator's)."""
+    """The persistent C recursion keeps its stores per chain, so a budget solved after others
+    (in any order, and after a call that ran out of time) starts from their searches: it gets
+    the cold run's cost, and a schedule of that cost within the budget (the simulator's)."""
     from remat.solvers import chain_dp
 
     assert chain_dp.COMPILED, "the C extension was not built (make setup)"

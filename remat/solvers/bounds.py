@@ -98,7 +98,10 @@ MOMENT_CHAIN_COLUMNS = 300_000
 are what proves a chain at its least peak: linear(192, unit) (147840) and linear(256, unit)
 (262656) there, proven optimal by auto in 3.6-3.9 and 7.7-7.9 s (bench/results/fast_notes.md,
 session 16; with the general cap their bound stayed at 1.50 of the total cost, against 48.1
-and 64.1)."""
+and 64.1). Not the cap of every graph: with 300000 for all, auto on the six zoo and random
+graphs it lets in (70490-250500 columns), at 40/60/80%, got the costs of its rows in
+bench/results/bounds.csv, bounds higher by at most 3.2e-5 of the total cost, and took up to
+8 s longer (random_dag(250): 4.8 / 3.2 / 2.7 s there, 13.1 / 10.4 / 9.8 s; session 17)."""
 
 RECOMPUTE_COLUMNS = 5_000
 """The largest graph (``moment_size``) on which the moment model with recomputation rows

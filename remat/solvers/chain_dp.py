@@ -192,10 +192,11 @@ def chain_of(graph: RematGraph) -> Chain:
 
 TABLES_KEPT = 4
 """How many chains' budget-independent tables (``need``, ``store_peak``, ``own``,
-``segment_id``, and the C recursion's copy of them) stay cached: auto builds a chain's DP up
+``segment_id``, the C recursion's copy of them, the least-peak tables) stay cached: auto builds a chain's DP up
 to four times (segment count, least-peak schedule, persistent recursion, full class)."""
 _TABLES: dict[Chain, tuple] = {}
 _PACKED: dict[Chain, tuple] = {}
+_LEAST_TABLES: dict[tuple[Chain, bool], tuple] = {}
 _STATES: dict[Chain, object] = {}
 """The persistent C recursions kept, by chain: their stores answer later budgets of the same
 chain (``_Compiled``)."""
@@ -616,7 +617,12 @@ class _ChainDP:
         the cost of the schedule chosen for it, its first checkpoint a_j and whether a_j stays
         for the stages below. Among choices of equal peak the cheaper wins (and the part
         below keeps a_j when that does not raise the peak): a schedule for any budget above
-        the least peak, not the cheapest one."""
+        the least peak, not the cheapest one. Cached per chain, like the DP's tables (auto's
+        least-peak record, chain-dp's least peak and its fallback read them)."""
+        use_c = compiled and COMPILED
+        return _kept(_LEAST_TABLES, (self.c, use_c), lambda: self._least_peak_tables(use_c))
+
+    def _least_peak_tables(self, use_c: bool):
         n, fp = self.n, np.array(self.fp)
         mem, base = np.array(self.mem), np.array(self.base)
         above = np.array(self.grad[1:n + 1])  # above[t]: gradient over segment ..t
@@ -624,7 +630,7 @@ class _ChainDP:
         # one-layer segments: every value stored
         single_peak = np.array([[self.store_peak[top][s][s] for s in range(n)] for top in (0, 1)])
         single_cost = np.array([[self.store_cost(s, s, top) for s in range(n)] for top in (0, 1)])
-        if compiled and COMPILED:  # the same loops in C: 1.6 s -> 0.2 s at 512 layers
+        if use_c:  # the same loops in C: 1.6 s -> 0.2 s at 512 layers
             found = _chain_dp_c.least_peak(n, fp, mem, workspace, base, above, single_peak,
                                            single_cost)
             return tuple(np.frombuffer(b, dtype=kind).reshape(2, n, n)
