@@ -96,9 +96,9 @@ The persistent C recursion keeps its interval stores per chain (``_STATES``; eve
 them holds at every budget), so a later call on the same chain, at any budget, starts from
 every search finished before, including those of a call that ran out of time. It pays
 most from the smallest budget up: on heterogeneous linear(384), after its two smallest
-budgets (12.9 and 15.6 s), 8 more up to 90% of the range take 0.004-0.31 s each (cold:
-0.3-20.6 s); the same sweep from the top down gains 7% (``python bench/bench_fast.py sweep``,
-bench/results/fast_sweep.csv).
+budgets (10.5 and 12.1 s), 8 more up to 90% of the range take 0.004-0.30 s each (cold:
+0.3-20.0 s); the same sweep from the top down gains 7-19% (two runs; ``python
+bench/bench_fast.py sweep``, bench/results/fast_sweep.csv).
 
 A node's transient workspace (``RematGraph.workspace``) is added to its own candidate: in the
 sweeps, in ``need``/``own`` (each backward node's own operands) and in ``store_peak``, exactly
