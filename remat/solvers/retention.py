@@ -82,17 +82,18 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
             break
         weights = plan.rebuild_costs(kept)
     until = deadline or time.perf_counter() + GROW_SECONDS
-    start = _from_bound(plan, budget, known.kept, until)
+    start = _from_bound(plan, budget, known.kept, until, known.value)
     descended = best is None and budget >= known_floor(graph)
     if descended:  # no choice of gaps fits: lower the peak of other schedules
         best = _descended(plan, budget, until)
     if best is not None and descended:
-        best = _hold(plan, budget, best, until)
+        best = _hold(plan, budget, best, until, bound=known.value)
     elif best is not None and not _proven(start, known.value) and not _proven(best, known.value):
         now = time.perf_counter()
-        best = _grow(plan, budget, best, weights, now + GROW_SHARE * max(0.0, until - now))
+        best = _grow(plan, budget, best, weights, now + GROW_SHARE * max(0.0, until - now),
+                     known.value)
         if not _proven(best, known.value):
-            best = _hold(plan, budget, best, until)
+            best = _hold(plan, budget, best, until, bound=known.value)
     best = _cheaper(best, start)
     if best is not None and not _proven(best, known.value):
         best = _search(plan, budget, best, until, options.seed, options.threads, known.value)
@@ -225,7 +226,7 @@ def _cheaper(a: tuple | None, b: tuple | None) -> tuple | None:
 
 
 def _from_bound(plan: "Plan", budget: float, kept: frozenset[int] | None,
-                deadline: float) -> tuple | None:
+                deadline: float, bound: float = -math.inf) -> tuple | None:
     """The schedule of the gaps the bound's own knapsack keeps (its rebuild rows make it drop
     values whose inputs stay alive anyway), then the hold pass; None if it does not fit. On
     the tiny U-Net at op level, 80%, it reaches the bound, 1.0013 of the total, where the
@@ -243,20 +244,23 @@ def _from_bound(plan: "Plan", budget: float, kept: frozenset[int] | None,
                         now + GROW_SHARE * max(0.0, deadline - now), cheap=True)
         if point.fits(budget):
             found = point.sim.compute_cost, point.R, point.S, set(kept)
-    return None if found is None else _hold(plan, budget, found, deadline)
+    return None if found is None else _hold(plan, budget, found, deadline, bound=bound)
 
 
 def _grow(plan: "Plan", budget: float, best: tuple, weights: np.ndarray,
-          deadline: float) -> tuple:
+          deadline: float, bound: float = -math.inf) -> tuple:
     """Hill climbing from the best schedule: keep one more gap (dearest to rebuild first)
-    whenever that lowers the cost and still fits, until a pass changes nothing."""
+    whenever that lowers the cost and still fits, until a pass changes nothing or the cost
+    meets ``bound`` (proven optimal)."""
     cost, R, S, kept = best
     order = sorted(set(range(len(plan.gaps))) - kept, key=lambda k: -weights[k])
     improved = True
     while improved and not _past(deadline):
         improved = False
         for k in order:
-            if k in kept or _past(deadline):
+            if _past(deadline) or meets(cost, bound):
+                break
+            if k in kept:
                 continue
             found, _ = plan.attempt(kept | {k}, budget)
             if found is not None and found[0] < cost:
@@ -265,19 +269,20 @@ def _grow(plan: "Plan", budget: float, best: tuple, weights: np.ndarray,
 
 
 def _hold(plan: "Plan", budget: float, best: tuple, deadline: float,
-          window: tuple[int, int] | None = None) -> tuple:
+          window: tuple[int, int] | None = None, bound: float = -math.inf) -> tuple:
     """Hill climbing on the schedule itself: instead of computing a value again in a later
     stage, keep it from its previous computation (with whatever it no longer needs rebuilt),
     dearest recomputation first, whenever that lowers the cost and still fits. It reaches
     what gaps cannot express: an ancestor rebuilt for one value and kept for the next.
     ``window`` (first, end): only moves that keep a value across a stage from first
-    through end."""
+    through end. It stops once the cost meets ``bound`` (proven optimal: on heterogeneous
+    linear(384) at 30% of its budget range, after 270 of the pass's 401 simulations)."""
     graph, (cost, R, S, kept) = plan.graph, best
     improved = True
     while improved and not _past(deadline):
         improved = False
         for t, v in _recomputations(graph, R):
-            if _past(deadline):
+            if _past(deadline) or meets(cost, bound):
                 break
             if not R[t, v]:  # an earlier move removed it
                 continue
@@ -326,9 +331,9 @@ def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int
             (min(stall) < STALL or plan.work - last < last - start):
         move, began = int(spent[1] < spent[0]), plan.work
         if move == 0:
-            found = _kick(plan, budget, best, rng, deadline)
+            found = _kick(plan, budget, best, rng, deadline, bound)
         else:
-            found = _restart(plan, budget, rng, deadline, threads)
+            found = _restart(plan, budget, rng, deadline, threads, bound)
         spent[move] += plan.work - began
         if found is not None and found[0] < best[0] - 1e-12 * abs(best[0]):
             best, stall, last = found, [0, 0], plan.work
@@ -337,7 +342,8 @@ def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int
     return best
 
 
-def _kick(plan: "Plan", budget: float, best: tuple, rng, deadline: float):
+def _kick(plan: "Plan", budget: float, best: tuple, rng, deadline: float,
+          bound: float = -math.inf):
     """``best`` with ``KICKS`` random values dropped from a random resident stage on, then
     the hold pass over the stages that freed; None if it does not fit, decided before the
     hold pass, which only takes moves that fit (on random_dag(250) at 40% one pass over such
@@ -358,10 +364,11 @@ def _kick(plan: "Plan", budget: float, best: tuple, rng, deadline: float):
     if sim.peak_memory > budget:  # the hold pass only takes moves that fit
         return None
     return _hold(plan, budget, (sim.compute_cost, R, S, kept), deadline,
-                 window=(first, last + 1))
+                 window=(first, last + 1), bound=bound)
 
 
-def _restart(plan: "Plan", budget: float, rng, deadline: float, threads):
+def _restart(plan: "Plan", budget: float, rng, deadline: float, threads,
+             bound: float = -math.inf):
     """The knapsack with each gap's weight scaled by a random factor (log-normal), then both
     hill-climbing passes; None if nothing fits."""
     weights = plan.own_costs() * rng.lognormal(0.0, 1.0, len(plan.gaps))
@@ -369,8 +376,9 @@ def _restart(plan: "Plan", budget: float, rng, deadline: float, threads):
     if found is None:
         return None
     now = time.perf_counter()
-    found = _grow(plan, budget, found, weights, now + GROW_SHARE * max(0.0, deadline - now))
-    return _hold(plan, budget, found, deadline)
+    found = _grow(plan, budget, found, weights, now + GROW_SHARE * max(0.0, deadline - now),
+                  bound)
+    return _hold(plan, budget, found, deadline, bound=bound)
 
 
 def _recomputations(graph: RematGraph, R: np.ndarray) -> list[tuple[int, int]]:
