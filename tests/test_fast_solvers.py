@@ -555,6 +555,26 @@ def test_graded_dp_fits_and_is_exact_on_a_whole_grid(n):
                     assert got >= want - 1e-9
 
 
+def test_chain_dp_fallback_keeps_to_its_deadline():
+    """A grid still running at the deadline is dropped (``_Graded`` raises), so the fallback
+    returns its least-peak schedule by then: its first grid was started from the least-peak
+    step's time, which the cached tables made near zero, and heterogeneous linear(512) then
+    ran a 16-level grid for 9 s past auto's limit (auto at its least peak: 38.9 s of 30)."""
+    from remat.solvers.chain_dp import _ChainDP, _fallback, _Graded, _OutOfTime
+
+    graph = remat.graphs.linear(64)
+    chain = chain_of(graph)
+    dp = _ChainDP(chain, extended=False)
+    free = dp._persistent_min_peak()
+    with pytest.raises(_OutOfTime):
+        _Graded(dp, free, 16, deadline=time.perf_counter())
+    assert _Graded(dp, free, 16, deadline=time.perf_counter() + 60).feasible
+    began = time.perf_counter()
+    sol = _fallback(graph, chain, graph.static_mem + free, began, began)
+    assert sol.feasible and sol.details["fallback"] == "least-peak"
+    assert sol.peak_memory <= graph.static_mem + free
+
+
 def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkeypatch):
     """Heterogeneous linear(384) (in C; 74305 distinct segments, a persistent recursion of 3-18
     s) or linear(192) (in Python; 18721, 12-38 s): retention goes first, and chain-dp, last,

@@ -683,9 +683,11 @@ class _Graded:
     ``cost[top][s, t, k]``, the least cost of seg(s, t, top) within ``k * step`` bytes, where
     every part above a checkpoint gets its budget less the checkpoint's size rounded up to
     whole steps. So its schedules fit (exactly as ``best`` prices them) and cost at least the
-    persistent optimum; O(n^3 * levels) array work."""
+    persistent optimum; O(n^3 * levels) array work (16 levels: 0.5-0.8 s at 192 layers, 5-8 s
+    at 384). Raises ``_OutOfTime`` past ``deadline`` (checked once per segment length)."""
 
-    def __init__(self, dp: _ChainDP, free_mem: float, levels: int):
+    def __init__(self, dp: _ChainDP, free_mem: float, levels: int,
+                 deadline: float | None = None):
         step, levels = _grid(dp.mem, free_mem, levels)
         self.dp, self.levels = dp, levels
         n, fp = dp.n, np.array(dp.fp)
@@ -703,6 +705,8 @@ class _Graded:
                                                     dp.store_cost(s, s, top), INF)
         grid = np.arange(levels + 1)
         for length in range(1, n):
+            if deadline is not None and time.perf_counter() > deadline:
+                raise _OutOfTime
             s = np.arange(n - length)
             t = s + length
             j = s[:, None] + np.arange(length)
@@ -1162,17 +1166,19 @@ def _fallback(graph: RematGraph, chain: Chain, budget: float, start: float,
     """What ``solve`` returns when its time ran out before the persistent recursion finished:
     the cheapest that fits of the least-peak persistent schedule (``least_peak_tables``) and
     ``_Graded``'s on grids of ``GRADED_LEVELS``, twice as many, ... levels (while the last
-    run, taken 2.2 times, still ends before ``deadline``), status "timeout" with the trivial
-    bound (every node once); no schedule if none fits."""
+    run, taken 2.2 times, still ends before ``deadline``; a grid still running at
+    ``deadline`` is dropped), status "timeout" with the trivial bound (every node once); no
+    schedule if none fits."""
     free_mem = float(budget) - graph.static_mem
     dp = _ChainDP(chain, extended=False)
-    began = time.perf_counter()
     found = _fitting(graph, budget, dp.least_peak_ops, "least-peak")
-    took = (time.perf_counter() - began) * GRADED_LEVELS / 2  # the first grid: ~8 times
-    levels = GRADED_LEVELS
+    took, levels = 0.0, GRADED_LEVELS
     while free_mem > 0 and time.perf_counter() + 2.2 * took < deadline:
         began = time.perf_counter()
-        graded = _Graded(dp, free_mem, levels)
+        try:
+            graded = _Graded(dp, free_mem, levels, deadline)
+        except _OutOfTime:
+            break
         if graded.feasible:
             found += _fitting(graph, budget, graded.ops, f"graded-{graded.levels}")
         took = time.perf_counter() - began
