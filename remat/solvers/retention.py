@@ -174,7 +174,7 @@ def _descended(plan: "Plan", budget: float, deadline: float) -> tuple | None:
     found, tries = [], len(LOOSER) + 4  # then (lowest, checkpoint-all) x (cost-aware, by peak)
     for k, share in enumerate(LOOSER):
         if _past(deadline):  # each try solves a knapsack and prices it at least once
-            return None
+            break
         until = _share_of(deadline, tries - k)
         start = _looser(plan, budget, share, until)
         point = None if start is None else descend(graph, start, budget, until, cheap=True)
