@@ -20,10 +20,11 @@ passes follow, each move kept only if it lowers the cost and still fits: keep on
 U-Net at op level, 60%, that pass takes the cost from 1.438 to 1.096 of the total (bound
 1.064). The gaps the bound's own knapsack keeps (its rebuild rows know which inputs a
 rebuild needs) are a second start, also followed by the hold pass, and tried first
-(``_held_bound``): where it meets the bound, nothing else runs. Then an iterated local search (``_search``: random kicks and restarts, seeded by
-``options.seed``) runs until the time limit or until it stops finding better. It scales to
-thousands of nodes (one small knapsack per try; the passes stop at the time limit) and
-reports the retention bound as its ``lower_bound``, status "optimal" where it meets it.
+(``_held_bound``): where it meets the bound, nothing else runs. Then an iterated local
+search (``_search``: random kicks and restarts, seeded by ``options.seed``) runs until the
+time limit or until it stops finding better. It scales to thousands of nodes (one small
+knapsack per try; the passes stop at the time limit) and reports the retention bound as its
+``lower_bound``, status "optimal" where it meets it.
 
 Where no choice of gaps fits (a rebuild in one stage holds more at once than the budget
 allows), ``remat.solvers.descent`` lowers the peak of other schedules until one fits (the
