@@ -46,29 +46,29 @@ class Solution:
                       solve_time: float = 0.0, min_budget: float | None = None,
                       **details) -> "Solution":
         """Check ``R, S`` with the simulator and wrap them; raises if the schedule is invalid."""
-        if status not in STATUSES[:3]:
-            raise ValueError(f"status must be one of {STATUSES[:3]} for a schedule, got {status!r}")
+        _check_status(status)
         sim = simulate(graph, R, S)
-        bound = graph.total_cost if lower_bound is None else max(float(lower_bound), 0.0)
         total = graph.total_cost
         return cls(method=method, status=status, budget=budget, R=np.asarray(R, dtype=bool),
                    S=np.asarray(S, dtype=bool), compute_cost=sim.compute_cost,
                    peak_memory=sim.peak_memory,
                    overhead=sim.compute_cost / total if total > 0 else 1.0,
-                   lower_bound=min(bound, sim.compute_cost), solve_time=float(solve_time),
-                   plan=sim.plan, min_budget=min_budget, details=dict(details))
+                   lower_bound=_bound(graph, lower_bound, sim.compute_cost),
+                   solve_time=float(solve_time), plan=sim.plan, min_budget=min_budget,
+                   details=dict(details))
 
     def relabelled(self, graph: RematGraph, method: str, status: str, budget: float | None,
                    lower_bound: float | None = None, solve_time: float = 0.0,
                    min_budget: float | None = None, **details) -> "Solution":
         """This schedule, checked by the simulator when it was made, as another method's
         result (``auto``'s choice): no second simulation (0.2 s at T = 1025)."""
-        if not self.feasible or status not in STATUSES[:3]:
-            raise ValueError(f"relabelled: needs a schedule and a status in {STATUSES[:3]}")
-        bound = graph.total_cost if lower_bound is None else max(float(lower_bound), 0.0)
+        if not self.feasible:
+            raise ValueError("relabelled: needs a schedule")
+        _check_status(status)
         return replace(self, method=method, status=status, budget=budget,
-                       lower_bound=min(bound, self.compute_cost), solve_time=float(solve_time),
-                       min_budget=min_budget, details=dict(details))
+                       lower_bound=_bound(graph, lower_bound, self.compute_cost),
+                       solve_time=float(solve_time), min_budget=min_budget,
+                       details=dict(details))
 
     @classmethod
     def infeasible(cls, graph: RematGraph, method: str, budget: float | None,
@@ -144,6 +144,19 @@ class Solution:
                 f"solution says peak {self.peak_memory:.6g} B and cost {self.compute_cost:.6g}, "
                 f"the simulator finds {sim.peak_memory:.6g} B and {sim.compute_cost:.6g}: it was "
                 "made for another graph")
+
+
+def _check_status(status: str) -> None:
+    """A result with a schedule is "optimal", "feasible" or "timeout"."""
+    if status not in STATUSES[:3]:
+        raise ValueError(f"status must be one of {STATUSES[:3]} for a schedule, got {status!r}")
+
+
+def _bound(graph: RematGraph, lower_bound: float | None, cost: float) -> float:
+    """The bound a schedule of ``cost`` reports: every node once when none is given, never
+    below 0 nor above the cost."""
+    bound = graph.total_cost if lower_bound is None else max(float(lower_bound), 0.0)
+    return min(bound, cost)
 
 
 def _rows(matrix) -> list[list[int]] | None:

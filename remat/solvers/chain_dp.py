@@ -192,8 +192,9 @@ def chain_of(graph: RematGraph) -> Chain:
 
 TABLES_KEPT = 4
 """How many chains' budget-independent tables (``need``, ``store_peak``, ``own``,
-``segment_id``, the C recursion's copy of them, the least-peak tables) stay cached: auto builds a chain's DP up
-to four times (segment count, least-peak schedule, persistent recursion, full class)."""
+``segment_id``, the C recursion's copy of them, the least-peak tables) stay cached: auto
+builds a chain's DP up to four times (segment count, least-peak schedule, persistent
+recursion, full class)."""
 _TABLES: dict[Chain, tuple] = {}
 _PACKED: dict[Chain, tuple] = {}
 _LEAST_TABLES: dict[tuple[Chain, bool], tuple] = {}
