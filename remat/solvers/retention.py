@@ -299,7 +299,8 @@ def _hold(plan: "Plan", budget: float, best: tuple, deadline: float,
     what gaps cannot express: an ancestor rebuilt for one value and kept for the next.
     ``window`` (first, end): only moves that keep a value across a stage from first
     through end. It stops once the cost meets ``bound`` (proven optimal: on heterogeneous
-    linear(384) at 30% of its budget range, after 270 of the pass's 401 simulations)."""
+    linear(384) at 30% of its budget range, after 270 of the 401 simulations retention made
+    without that stop)."""
     graph, (cost, R, S, kept) = plan.graph, best
     improved = True
     while improved and not _past(deadline):
