@@ -278,6 +278,23 @@ def test_cost_models():
         capture(model, inputs, loss_fn, cost_model="guess")
 
 
+@pytest.mark.parametrize("runs, seconds", [
+    ([0.05, 0.001, 0.002, 0.003], 0.002),  # a fast op with a slow first run: its warm runs
+    ([0.001, 0.003, 0.001, 0.002], 0.002),  # a fast op: the median of its warm runs
+    ([0.05, 0.04], 0.04),  # slow when warm too: its one warm run
+    ([0.3], 0.3),  # very slow: its first run
+])
+def test_profile_prices_an_op_by_its_warm_runs(monkeypatch, runs, seconds):
+    from remat.costs import profile
+    left = iter(runs)
+    monkeypatch.setattr(profile, "_run_once", lambda fn, args, kwargs, device: (None, next(left)))
+    options = profile.ProfileOptions()
+    assert profile._timed(None, (), {}, torch.device("cpu"), options, None) == (None, seconds)
+    assert next(left, None) is None, "every scripted run is used, no more"
+    left = iter(runs)
+    assert profile._timed(None, (), {}, torch.device("cpu"), options, 0.5) == (None, 0.5)
+
+
 def test_graph_json_round_trip():
     model, inputs, loss_fn = _case("token_ids")
     cap = capture(model, inputs, loss_fn, cost_model="unit")

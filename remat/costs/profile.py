@@ -2,8 +2,11 @@
 
 The joint graph runs once, op by op, with the model's real tensors (index ops need real
 indices), each value freed after its last use, so memory stays that of one training step.
-Each op's first run is timed; a slow op (over ``ProfileOptions.op_seconds``) keeps that time,
-a fast one counts it as its warm-up and is timed ``repeats`` more times (the median). An op
+Each op's first run counts as its warm-up: a very slow op (over ``ProfileOptions.
+slow_seconds``) keeps its time, any other is run again, and one still slow then (over
+``op_seconds``) keeps that second time; a fast one is timed ``repeats`` times (the median). A
+fast op whose first run is slow (a one-off cost: a kernel's first call, a page fault, the
+shared machine) is so priced by its warm runs, not by that one run. An op
 with the same signature (op, shapes, strides, dtypes, arguments) as one already timed reuses
 its time: repeated layers cost one measurement. The graph is functional, so parameters and
 buffers are only read; the RNG state is restored afterwards so that profiling leaves no
@@ -27,8 +30,11 @@ class ProfileOptions:
     repeats: int = 3
     """Timed runs of a fast op after its first (warm-up) run; its cost is their median."""
     op_seconds: float = 0.02
+    """An op whose second (warm) run takes longer keeps that timing: re-running slow ops
+    would make big models slow to capture."""
+    slow_seconds: float = 0.25
     """An op whose first run takes longer keeps that single timing: one-off costs are small
-    against it, and re-running slow ops would make big models slow to capture."""
+    against it."""
 
 
 def profile_costs(cap, options: ProfileOptions = ProfileOptions()) -> list[float]:
@@ -66,13 +72,17 @@ def _time_ops(joint: fx.GraphModule, args: list, device, options: ProfileOptions
 
 def _timed(fn, args, kwargs, device, options: ProfileOptions, known: float | None):
     out, first = _run_once(fn, args, kwargs, device)
-    if known is not None or first >= options.op_seconds or options.repeats < 1:
-        return out, first if known is None else known
+    if known is not None:
+        return out, known
+    if first >= options.slow_seconds or options.repeats < 1:
+        return out, first
     samples = []
     for _ in range(options.repeats):
         del out
         out, seconds = _run_once(fn, args, kwargs, device)
         samples.append(seconds)
+        if samples[0] >= options.op_seconds:
+            break  # slow when warm too: one timing
     return out, statistics.median(samples)
 
 
