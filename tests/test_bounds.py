@@ -124,6 +124,27 @@ def test_moment_model_never_above_the_exhaustive_optimum(data):
         assert graph.total_cost - 1e-9 <= bound <= exhaustive.optimal_cost(graph, budget) + 1e-9
 
 
+@pytest.mark.parametrize("name", ["linear32", "linear48-unit", "random_dag60", "unet-op"])
+def test_moment_arrays_equal_the_loops(name):
+    """The moment model built in numpy (``_MomentArrays``) is the model of the Python loops,
+    entry for entry and row for row, at a tight and a loose budget."""
+    from remat.solvers import bounds
+
+    graph = {"linear32": lambda: remat.graphs.linear(32),
+             "linear48-unit": lambda: remat.graphs.linear(48, unit=True),
+             "random_dag60": lambda: remat.graphs.random_dag(60, seed=3),
+             "unet-op": _tiny_unet_op}[name]()
+    for fraction in (0.2, 0.7):
+        budget = graph.static_mem + fraction * (checkpoint_all_peak(graph) - graph.static_mem)
+        room = bounds.stage_room(graph, budget)
+        fast = bounds._moment_model(graph, room)
+        loops = bounds._moment_rows(graph, room, bounds._spans(graph), None)
+        assert fast["matrix"].shape == loops["matrix"].shape
+        assert (fast["matrix"] != loops["matrix"]).nnz == 0
+        for key in ("row_lower", "row_upper", "col_lower", "col_upper", "cost", "integrality"):
+            assert np.array_equal(fast[key], loops[key]), key
+
+
 def _recompute_bound(graph, budget) -> float:
     """The moment model with ``_recompute_rows``, solved to optimality."""
     from remat.solvers import bounds, highs_backend

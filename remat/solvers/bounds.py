@@ -436,6 +436,15 @@ def _moment_model(graph: RematGraph, room: np.ndarray, free: float | None = None
     horizon = _spans(graph)
     if not horizon:
         return None
+    if free is None:
+        return _MomentArrays(graph, room, horizon).arrays()
+    return _moment_rows(graph, room, horizon, free)
+
+
+def _moment_rows(graph: RematGraph, room: np.ndarray, horizon: dict[int, int],
+                 free: float | None) -> dict:
+    """``_moment_model`` in Python loops, one column and row at a time (with ``free``; without
+    it, the reference the tests compare ``_MomentArrays`` with)."""
     model = _Model(room)
     kept, again = {}, {}
     for v, until in horizon.items():  # (column order matters to HiGHS's speed: keep it)
@@ -468,6 +477,98 @@ def _moment_model(graph: RematGraph, room: np.ndarray, free: float | None = None
         for t, values in stages.items():
             _recompute_rows(graph, model, kept, again, t, sorted(values), free)
     return model.arrays()
+
+
+class _MomentArrays:
+    """The moment model without ``free`` in numpy, one value at a time: the same columns and
+    rows in the same order as ``_Model`` would hold (tests/test_bounds.py compares them), 10
+    to 20 times faster to build (the moment model of linear(384, unit), 590592 columns: 3.2
+    s in Python)."""
+
+    def __init__(self, graph: RematGraph, room: np.ndarray, horizon: dict[int, int]):
+        self.graph, self.room = graph, room
+        self.kept: dict[int, np.ndarray] = {}  # per value: column of y[v, t], t = v + 1.., or -1
+        self.again: dict[int, np.ndarray] = {}  # per value: column of z[v, t], t = v + 1..
+        self.cost: list[np.ndarray] = []
+        self.memory: list[tuple[np.ndarray, np.ndarray, float]] = []  # stages, columns, bytes
+        self.entries: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # rows, cols, vals
+        self.lower: list[np.ndarray] = []
+        self.count = 0  # columns so far
+        self.row_count = 0
+        for v, until in horizon.items():
+            self._columns(v, until)
+        for v, until in horizon.items():
+            self._kept_rows(v, until)
+            self._input_rows(v, until)
+
+    def _columns(self, v: int, until: int) -> None:
+        stages = np.arange(v + 1, until + 1)
+        keeps = ~np.isin(stages, self.graph.users[v])  # y only where stage t does not read v
+        widths = 1 + keeps
+        first = self.count + np.cumsum(widths) - widths
+        self.kept[v] = np.where(keeps, first, -1)
+        self.again[v] = first + keeps
+        cost = np.zeros(int(widths.sum()))
+        cost[self.again[v] - self.count] = float(self.graph.cost[v])
+        self.cost.append(cost)
+        self.memory.append((stages[keeps], first[keeps], float(self.graph.mem[v])))
+        self.count += len(cost)
+
+    def _add_rows(self, columns: list[np.ndarray], values: list[float],
+                  lower: np.ndarray) -> None:
+        """One row per entry of ``lower``: sum of values[k] * columns[k][row] >= lower[row],
+        a column of -1 left out."""
+        ids = self.row_count + np.arange(len(lower))
+        for col, value in zip(columns, values):
+            take = col >= 0
+            self.entries.append((ids[take], col[take], np.full(int(take.sum()), value)))
+        self.lower.append(lower)
+        self.row_count += len(lower)
+
+    def _kept_rows(self, v: int, until: int) -> None:
+        kept, again = self.kept[v], self.again[v]
+        before = kept[:-1]
+        has = before >= 0  # rows at t = v + 2..until where y[v, t - 1] exists
+        before, now, after = before[has], again[1:][has], kept[1:][has]
+        lower = (after < 0).astype(float)  # a stage that reads v: resident or computed (>= 1)
+        self._add_rows([before, now, after], [1.0, 1.0, -1.0], lower)
+
+    def _input_rows(self, v: int, until: int) -> None:
+        deps = [d for d in self.graph.deps[v] if d in self.kept]
+        if not deps:
+            return
+        stages = np.arange(v + 1, until + 1)
+        held = np.full((len(stages), len(deps)), -1)
+        made = np.full((len(stages), len(deps)), -1)
+        for k, d in enumerate(deps):  # y[d, t - 1] for t - 1 in d + 1..: at t - d - 2
+            at = stages - d - 2
+            inside = (at >= 0) & (at < len(self.kept[d]))
+            held[inside, k] = self.kept[d][at[inside]]
+            made[inside, k] = self.again[d][at[inside] + 1]
+        ours = np.repeat(self.again[v], len(deps)).reshape(len(stages), len(deps))
+        has = held >= 0  # t outer, d inner, as the loops of ``_Model``
+        self._add_rows([held[has], made[has], ours[has]], [1.0, 1.0, -1.0],
+                       np.zeros(int(has.sum())))
+
+    def arrays(self) -> dict:
+        from scipy.sparse import coo_matrix
+
+        stages = np.concatenate([s for s, _, _ in self.memory]).astype(np.int64)
+        columns = np.concatenate([c for _, c, _ in self.memory])
+        sizes = np.concatenate([np.full(len(s), size) for s, _, size in self.memory])
+        used, memory_rows = np.unique(stages, return_inverse=True)
+        rows = np.concatenate([memory_rows] + [len(used) + r for r, _, _ in self.entries])
+        cols = np.concatenate([columns] + [c for _, c, _ in self.entries])
+        vals = np.concatenate([sizes] + [v for _, _, v in self.entries])
+        lower = np.concatenate([np.full(len(used), -np.inf)] + self.lower)
+        shape = (len(used) + self.row_count, self.count)
+        cost = np.concatenate(self.cost)
+        return dict(matrix=coo_matrix((vals, (rows, cols)), shape=shape).tocsc(),
+                    row_lower=lower,
+                    row_upper=np.concatenate([self.room[used].astype(float),
+                                              np.full(self.row_count, np.inf)]),
+                    col_lower=np.zeros(self.count), col_upper=np.ones(self.count),
+                    cost=cost, integrality=np.ones(self.count, dtype=bool))
 
 
 def _recompute_rows(graph: RematGraph, model: "_Model", kept: dict, again: dict, t: int,
