@@ -225,6 +225,25 @@ def test_hand_worked_memory_at_a_recomputation():
     assert retention_bound(graph, 22, enough=38).value == 38  # solved again, not the cache
 
 
+def test_moment_model_starts_only_with_the_time_it_needs(monkeypatch):
+    """HiGHS does not stop within its root LP, so the moment model is left out (status
+    "timeout": a later call with more time solves it) where the time left is under
+    ``MOMENT_SECONDS_PER_COLUMN`` per column; linear(16, unit) at its least peak: 1056 columns,
+    4.18 of the total cost once solved."""
+    from remat.solvers import bounds
+
+    graph = remat.graphs.linear(16, unit=True)
+    least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+    monkeypatch.setattr(bounds, "MOMENT_SECONDS_PER_COLUMN", 1.0)  # 1056 s needed, 30 s left
+    skipped = retention_bound(graph, least, time_limit=30, models=("moment",))
+    assert skipped.status == "timeout" and skipped.value == graph.total_cost
+    unlimited = retention_bound(graph, least, time_limit=None, models=("moment",))
+    monkeypatch.undo()
+    solved = retention_bound(graph, least, time_limit=30, models=("moment",))
+    assert solved.status == unlimited.status == "optimal"
+    assert solved.value == unlimited.value > 4 * graph.total_cost
+
+
 def test_recompute_rows_prove_chain_dp_optimal():
     """linear(16) (heterogeneous) at chain-dp's smallest budget: the moment model reaches 1.1935
     of the total cost, chain-dp's schedule costs 1.2215; with the memory at each recomputation

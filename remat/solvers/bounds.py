@@ -93,15 +93,25 @@ spans (linear(128): 65792, proving chain-dp optimal at its smallest budget in
 resnet50 at module level: 70490; fcn_resnet50 at op level: 179504)."""
 
 
-MOMENT_CHAIN_COLUMNS = 300_000
+MOMENT_CHAIN_COLUMNS = 600_000
 """``MOMENT_COLUMNS`` on chains (``RematGraph.is_chain``), whose moment models solve fast and
 are what proves a chain at its least peak: linear(192, unit) (147840) and linear(256, unit)
 (262656) there, proven optimal by auto in 3.6-3.9 and 7.7-7.9 s (bench/results/fast_notes.md,
 session 16; with the general cap their bound stayed at 1.50 of the total cost, against 48.1
-and 64.1). Not the cap of every graph: with 300000 for all, auto on the six zoo and random
-graphs it lets in (70490-250500 columns), at 40/60/80%, got the costs of its rows in
-bench/results/bounds.csv, bounds higher by at most 3.2e-5 of the total cost, and took up to
-8 s longer (random_dag(250): 4.8 / 3.2 / 2.7 s there, 13.1 / 10.4 / 9.8 s; session 17)."""
+and 64.1), linear(384, unit) (590592) solved in 15.8 s (session 19). linear(512, unit)
+(1049600) took 35 s and 3.1 GB there. Not the cap of every graph: with 300000 for all, auto
+on the six zoo and random graphs it lets in (70490-250500 columns), at 40/60/80%, got the
+costs of its rows in bench/results/bounds.csv, bounds higher by at most 3.2e-5 of the total
+cost, and took up to 8 s longer (random_dag(250): 4.8 / 3.2 / 2.7 s there, 13.1 / 10.4 / 9.8
+s; session 17)."""
+
+MOMENT_SECONDS_PER_COLUMN = 1.5e-5
+"""The least time left, per column (``moment_size``), in which the moment model is started:
+HiGHS checks its time limit before the root LP but not within it, so a model started late
+runs past the limit by the root's solve. With 0.5 s (one-off `/tmp/s19/hb2.py`, heterogeneous
+chains at 10% of their budget range, no feasibility jump): linear(192) (147840 columns)
+returned after 1.2 s, linear(256) (262656) after 2.7 s, and with 1 s linear(384) (590592)
+after 7.8 s; auto's first bound, a tenth of its limit, would so run 2-7 s over."""
 
 RECOMPUTE_COLUMNS = 5_000
 """The largest graph (``moment_size``) on which the moment model with recomputation rows
@@ -204,6 +214,9 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             break
         if name == "moment":
             cap = MOMENT_CHAIN_COLUMNS if graph.is_chain else MOMENT_COLUMNS
+            if size <= cap and left is not None and left < size * MOMENT_SECONDS_PER_COLUMN:
+                status = "timeout"  # it would not stop in time: a later call with more time
+                continue
             model = _moment_model(graph, room) if size <= cap else None
             offset, gap_columns = total, None
         elif name == "recompute":
@@ -224,7 +237,8 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
         if model is None:
             continue  # too large
         target = None if enough is None else enough / (1 + PROVEN_RTOL / 2) - offset
-        result = highs_backend.run(model, time_limit=left, threads=threads, bound_at=target)
+        result = highs_backend.run(model, time_limit=left, threads=threads, bound_at=target,
+                                   jump=gap_columns is not None)  # else only the bound counts
         if result.status == "infeasible":  # cannot happen: keep nothing, rebuild every input
             raise AssertionError(f"retention bound: the {name} model is infeasible")
         value = max(value, _safe(graph, offset + result.bound))
