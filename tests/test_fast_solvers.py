@@ -424,6 +424,35 @@ def test_a_kept_recursion_answers_every_budget_as_a_cold_one():
     assert resumed == cold and dp.solves > 0
 
 
+def test_a_recursion_run_ahead_gives_chain_dp_the_cold_answer():
+    """``chain_dp.Ahead`` runs the persistent C recursion in a thread; chain-dp's own
+    recursion on the chain (``_Compiled``) waits for it and returns what a cold one returns.
+    Stopped early (at once, or by the caller's deadline), it leaves only finished searches:
+    the next call still gets the cold answer. Nothing keeps running after ``stop``."""
+    from remat.solvers import chain_dp
+
+    assert chain_dp.COMPILED, "the C extension was not built (make setup)"
+    graph = remat.graphs.linear(256)  # about 1 s cold: stopped at once, it stops mid-search
+    chain, budget = chain_of(graph), parse_budget("10%", graph)
+    free = budget - graph.static_mem
+    chain_dp.forget_states()
+    cost, dp = chain_dp.persistent_cost(chain, free)
+    cold = (cost, dp.peak, dp.schedule_ops(usable(chain, free)))
+    for stop_when in ("done", "at once", "deadline"):
+        chain_dp.forget_states()
+        ahead = chain_dp.Ahead(graph, budget, time.perf_counter() + 60)
+        assert ahead.thread is not None and chain_dp._AHEAD[chain] is ahead
+        if stop_when == "at once":
+            ahead.stop()
+        elif stop_when == "deadline":  # the caller's deadline has passed: it stops the thread
+            chain_dp._wait_for(chain, time.perf_counter())
+        assert ahead.thread is None or stop_when == "done"
+        cost, dp = chain_dp.persistent_cost(chain, free)
+        assert ahead.thread is None and not chain_dp._AHEAD
+        assert (cost, dp.peak, dp.schedule_ops(usable(chain, free))) == cold
+    chain_dp.forget_states()
+
+
 def test_chain_dp_is_never_dearer_than_griewank():
     """auto leaves griewank out where chain-dp runs: Revolve's schedules are persistent, so the
     persistent recursion's optimum is at most griewank's cost wherever griewank fits, on unit,

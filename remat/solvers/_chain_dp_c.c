@@ -13,12 +13,17 @@
  *   equal for segments of equal content). Returns a capsule: the recursion's interval stores,
  *   empty, which every solve() on it adds to (their facts hold at every budget), and the
  *   tables, held until the capsule is freed.
- * solve(state, budget, cutoff, seconds)
- *   budget, cutoff: the root's (``best``); seconds: the time limit (< 0: none).
+ * solve(state, budget, cutoff, seconds, threaded=False)
+ *   budget, cutoff: the root's (``best``); seconds: the time limit (< 0: none); threaded: run
+ *   the recursion without the GIL (another thread may then call stop(); Ctrl-C is not
+ *   checked). The caller keeps two solves of one state from running at once.
  * Returns None past the time limit (the stores keep every search that finished: a later
  * solve resumes), else (cost, peak, solves, sweeps): solves counts this call's searches;
  * sweeps is a flat list (t, first, last, ...) of the forward sweeps of the schedule, empty
  * when the root has none (peak inf: nothing fits, or nothing within the cutoff).
+ * stop(state, flag)
+ *   flag true: a solve in progress, or the next, ends as past its time limit (returns None,
+ *   keeping its finished searches) until stop(state, False).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -62,6 +67,8 @@ typedef struct {
     double deadline; /* CLOCK_MONOTONIC seconds; < 0: none */
     jmp_buf fail;
     int failure; /* 1: out of time, 2: out of memory, 3: lost interval, 4: a signal */
+    volatile int stop; /* set by stop(): ends the search as out of time */
+    int threaded; /* the GIL released: no Python calls */
     int *ops;
     Py_ssize_t nops, opscap;
     double **scratch; /* the sweeps in use, innermost last: freed here if a search stops */
@@ -550,11 +557,11 @@ static Answer lookup(DP *dp, Steps *st, int kind, Py_ssize_t s, Py_ssize_t t, in
         }
         dp->solves++;
         if (!(dp->solves & 1023)) {
-            if (dp->deadline >= 0 && now() > dp->deadline) {
+            if (dp->stop || (dp->deadline >= 0 && now() > dp->deadline)) {
                 dp->failure = 1;
                 longjmp(dp->fail, 1);
             }
-            if (PyErr_CheckSignals() < 0) { /* Ctrl-C: KeyboardInterrupt is set */
+            if (!dp->threaded && PyErr_CheckSignals() < 0) { /* Ctrl-C: KeyboardInterrupt */
                 dp->failure = 4;
                 longjmp(dp->fail, 1);
             }
@@ -747,24 +754,43 @@ static void free_state(PyObject *capsule) {
     free(st);
 }
 
-/* the root's answer at ``budget`` (Python's ``best``), then its schedule; stores kept */
-static PyObject *run(DP *dp, double budget, double cutoff) {
-    volatile Answer root = {INFINITY, INFINITY};
-    long long before = dp->solves;
-    PyObject *sweeps;
+/* the root's answer at ``budget`` (Python's ``best``) and its schedule's sweeps (dp->ops);
+ * no Python calls unless dp->threaded is 0. Returns dp->failure (0: done). */
+static int search(DP *dp, double budget, double cutoff, Answer *root) {
     dp->nops = 0;
     dp->failure = 0;
     if (setjmp(dp->fail)) {
         while (dp->nscratch) done_sweep(dp); /* every store holds finished searches only */
-        if (dp->failure == 1) Py_RETURN_NONE;
-        if (dp->failure == 2) return PyErr_NoMemory();
-        if (dp->failure == 4) return NULL;
+        return dp->failure;
+    }
+    *root = best(dp, 0, dp->n - 1, 0, budget, cutoff);
+    if (root->peak < INFINITY) recomputed(dp, 0, dp->n - 1, 0, budget);
+    return 0;
+}
+
+/* the root's answer at ``budget`` (Python's ``best``), then its schedule; stores kept */
+static PyObject *run(DP *dp, double budget, double cutoff, int threaded) {
+    Answer root = {INFINITY, INFINITY};
+    long long before = dp->solves;
+    PyObject *sweeps;
+    int failure;
+    dp->threaded = threaded;
+    if (threaded) {
+        Py_BEGIN_ALLOW_THREADS
+        failure = search(dp, budget, cutoff, &root);
+        Py_END_ALLOW_THREADS
+    } else {
+        failure = search(dp, budget, cutoff, &root);
+    }
+    dp->threaded = 0;
+    if (failure == 1) Py_RETURN_NONE;
+    if (failure == 2) return PyErr_NoMemory();
+    if (failure == 4) return NULL;
+    if (failure) {
         PyErr_SetString(PyExc_RuntimeError, "_chain_dp_c: a solved budget lost its interval "
                         "while rebuilding the schedule; please report this chain");
         return NULL;
     }
-    root = best(dp, 0, dp->n - 1, 0, budget, cutoff);
-    if (root.peak < INFINITY) recomputed(dp, 0, dp->n - 1, 0, budget);
     sweeps = PyList_New(dp->nops);
     if (!sweeps) return NULL;
     for (Py_ssize_t k = 0; k < dp->nops; k++) {
@@ -823,9 +849,11 @@ static PyObject *new_state(PyObject *self, PyObject *args) {
 static PyObject *solve(PyObject *self, PyObject *args) {
     PyObject *capsule, *out;
     double budget, cutoff, seconds;
+    int threaded = 0;
     State *st;
     (void)self;
-    if (!PyArg_ParseTuple(args, "Oddd", &capsule, &budget, &cutoff, &seconds)) return NULL;
+    if (!PyArg_ParseTuple(args, "Oddd|p", &capsule, &budget, &cutoff, &seconds, &threaded))
+        return NULL;
     st = PyCapsule_GetPointer(capsule, STATE);
     if (!st) return NULL;
     if (st->broken) {
@@ -834,9 +862,21 @@ static PyObject *solve(PyObject *self, PyObject *args) {
         return NULL;
     }
     st->dp.deadline = seconds < 0 ? -1.0 : now() + seconds;
-    out = run(&st->dp, budget, cutoff);
+    out = run(&st->dp, budget, cutoff, threaded);
     if (!out && (st->dp.failure == 2 || st->dp.failure == 3)) st->broken = 1;
     return out;
+}
+
+static PyObject *stop(PyObject *self, PyObject *args) {
+    PyObject *capsule;
+    int flag;
+    State *st;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Op", &capsule, &flag)) return NULL;
+    st = PyCapsule_GetPointer(capsule, STATE);
+    if (!st) return NULL;
+    st->dp.stop = flag;
+    Py_RETURN_NONE;
 }
 
 /* least_peak(n, fp, mem, fws, base, above, single_peak, single_cost): ``least_peak_tables`` of
@@ -930,8 +970,10 @@ static PyMethodDef methods[] = {
      "new_state(n, fp, bp, fcost, mem, fws, grad, base, need, own, store_peak, segment, "
      "segments, extended) -> a recursion whose stores solve() keeps"},
     {"solve", solve, METH_VARARGS,
-     "solve(state, budget, cutoff, seconds) -> None past the time limit, else (cost, peak, "
-     "solves, sweeps)"},
+     "solve(state, budget, cutoff, seconds, threaded=False) -> None past the time limit, else "
+     "(cost, peak, solves, sweeps)"},
+    {"stop", stop, METH_VARARGS,
+     "stop(state, flag): while flag is true, solve() ends as past its time limit"},
     {"least_peak", least_peak, METH_VARARGS,
      "least_peak(n, fp, mem, fws, base, above, single_peak, single_cost) -> (peak, cost, first, "
      "keep) as bytes"},

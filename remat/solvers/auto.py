@@ -5,7 +5,8 @@ the best lower bound proved so far, and returns the cheapest schedule that fits 
 bound: on chains of up to ``CHAIN_DP_MAX`` layers ``chain-dp`` (its recursions stop at its
 share of the time; first, where its DP is small, ``CHAIN_DP_FIRST``, so that where it proves
 its schedule nothing else runs: on linear(384, unit) chen-greedy and ap-greedy take 0.5 s
-each; else after ``retention``); the classic baselines (always, unless chain-dp proved
+each; else after ``retention``, with its persistent recursion started at once in a thread,
+``chain_dp.Ahead``, so that it runs beside the methods before it); the classic baselines (always, unless chain-dp proved
 first; but not griewank where chain-dp runs: Revolve's schedules keep each snapshot until its
 last reader, so they are in the persistent class that chain-dp searches exactly, and its
 simulations of every slot count took 7.9 s of auto's 30 on heterogeneous linear(384)); on
@@ -38,7 +39,7 @@ from remat.schedule.solution import Solution
 from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, method_applies,
                                 solver)
 from remat.solvers.bounds import bound_time, meets, retention_bound
-from remat.solvers.chain_dp import (COMPILED, chain_of, distinct_segments, least_peak,
+from remat.solvers.chain_dp import (COMPILED, Ahead, chain_of, distinct_segments, least_peak,
                                     persistent_fits)
 from remat.solvers.min_budget import min_budget
 from remat.solvers.peak_floor import below_floor, known_floor, reached
@@ -128,6 +129,17 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     floor = _floor(graph, budget, options)
     if floor is not None:
         return _below_floor(graph, budget, floor, options, start)
+    ahead = Ahead(graph, budget, deadline) if _chain_dp_after_retention(graph) else None
+    try:
+        return _run_methods(graph, budget, options, start, deadline)
+    finally:
+        if ahead is not None:
+            ahead.stop()
+
+
+def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start: float,
+                 deadline: float) -> Solution:
+    """The methods of ``candidate_methods`` in turn (module docstring), then the result."""
     known = None  # auto's own bound: proved before the first method that needs it
     results: list[Solution] = []
     methods = candidate_methods(graph)

@@ -109,6 +109,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+import threading
 import time
 import weakref
 from bisect import bisect_left, bisect_right
@@ -1020,6 +1021,8 @@ class _Compiled:
         def fresh():  # the C recursion, no searches yet
             return _chain_dp_c.new_state(tables.n, *_packed(tables), extended)
 
+        if not extended:
+            _wait_for(chain, deadline)
         state = fresh() if extended else _kept(_STATES, chain, fresh)
         try:
             found = _chain_dp_c.solve(state, float(budget), float(cutoff), seconds)
@@ -1040,6 +1043,64 @@ class _Compiled:
             raise RematError(f"chain-dp: the compiled recursion has no schedule for budget "
                              f"{budget} (it solved {self.budget})")
         return list(self.ops)
+
+
+class Ahead:
+    """The persistent C recursion of ``graph`` at ``budget``, run in a thread (the C code
+    releases the GIL) until ``deadline`` while the caller does other work: auto starts it
+    where chain-dp comes after retention, so that on two cores the recursion has the whole
+    limit instead of what retention leaves. Its finished searches stay in the chain's kept
+    state; chain-dp's own call on the chain (``_Compiled``) waits for it first (until its own
+    deadline, then stops it) and resumes from there. ``stop()`` ends it (auto's last step).
+    Where the C recursions were not built it does nothing."""
+
+    def __init__(self, graph: RematGraph, budget: float, deadline: float):
+        self.chain = chain_of(graph)
+        self.thread = None
+        if not COMPILED or self.chain in _AHEAD:
+            return
+        free_mem = usable(self.chain, float(budget) - graph.static_mem)
+        tables = _ChainDP(self.chain, extended=False)
+        self.state = _kept(_STATES, self.chain,
+                           lambda: _chain_dp_c.new_state(tables.n, *_packed(tables), False))
+        seconds = max(deadline - time.perf_counter(), 0.0)
+        self.thread = threading.Thread(target=self._run, args=(free_mem, seconds), daemon=True,
+                                       name="remat-chain-dp")
+        _AHEAD[self.chain] = self
+        self.thread.start()
+
+    def _run(self, free_mem: float, seconds: float) -> None:
+        try:
+            _chain_dp_c.solve(self.state, free_mem, INF, seconds, True)
+        except (RuntimeError, MemoryError):  # its stores cannot be trusted: start afresh
+            if _STATES.get(self.chain) is self.state:
+                _STATES.pop(self.chain)
+
+    def wait(self, deadline: float | None) -> None:
+        """Until the recursion ends, or ``deadline``, then stop it."""
+        if self.thread is not None:
+            self.thread.join(None if deadline is None else max(deadline - time.perf_counter(), 0))
+        self.stop()
+
+    def stop(self) -> None:
+        if self.thread is None:
+            return
+        _chain_dp_c.stop(self.state, True)
+        self.thread.join()
+        _chain_dp_c.stop(self.state, False)
+        self.thread = None
+        _AHEAD.pop(self.chain, None)
+
+
+_AHEAD: dict[Chain, Ahead] = {}
+"""The recursions running ahead (``Ahead``), by chain."""
+
+
+def _wait_for(chain: Chain, deadline: float | None) -> None:
+    """A recursion running ahead on ``chain``: wait for it (``Ahead.wait``)."""
+    ahead = _AHEAD.get(chain)
+    if ahead is not None:
+        ahead.wait(deadline)
 
 
 def _packed(tables: _ChainDP) -> tuple:
