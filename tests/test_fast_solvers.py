@@ -453,6 +453,25 @@ def test_a_recursion_run_ahead_gives_chain_dp_the_cold_answer():
     chain_dp.forget_states()
 
 
+def test_after_waiting_for_the_thread_chain_dp_has_only_the_time_left(monkeypatch):
+    """Where chain-dp's recursion waited for one running ahead until its deadline, its own
+    search gets the time left (none), not the time it had before the wait: it ran a second
+    full share (heterogeneous linear(512) at 10%: 26.4 s of 13.2). linear(128) takes about
+    0.05 s: given the stale share it would finish."""
+    from remat.solvers import chain_dp
+
+    graph = remat.graphs.linear(128)
+    chain, free = chain_of(graph), parse_budget("10%", graph) - graph.static_mem
+    chain_dp.forget_states()
+    monkeypatch.setattr(chain_dp, "_wait_for", lambda chain, deadline: time.sleep(
+        max(deadline - time.perf_counter(), 0.0)))
+    with pytest.raises(chain_dp._OutOfTime):
+        chain_dp.persistent_cost(chain, free, time.perf_counter() + 0.2)
+    monkeypatch.undo()
+    assert chain_dp.persistent_cost(chain, free)[0] < np.inf
+    chain_dp.forget_states()
+
+
 def test_chain_dp_is_never_dearer_than_griewank():
     """auto leaves griewank out where chain-dp runs: Revolve's schedules are persistent, so the
     persistent recursion's optimum is at most griewank's cost wherever griewank fits, on unit,

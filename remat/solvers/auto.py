@@ -5,14 +5,14 @@ the best lower bound proved so far, and returns the cheapest schedule that fits 
 bound: on chains of up to ``CHAIN_DP_MAX`` layers ``chain-dp`` (its recursions stop at its
 share of the time; first, where its DP is small, ``CHAIN_DP_FIRST``, so that where it proves
 its schedule nothing else runs: on linear(384, unit) chen-greedy and ap-greedy take 0.5 s
-each; else after ``retention``, with its persistent recursion started at once in a thread,
-``chain_dp.Ahead``, so that it runs beside the methods before it); the classic baselines (always, unless chain-dp proved
-first; but not griewank where chain-dp runs: Revolve's schedules keep each snapshot until its
-last reader, so they are in the persistent class that chain-dp searches exactly, and its
-simulations of every slot count took 7.9 s of auto's 30 on heterogeneous linear(384)); on
-chains, no floor search (``_floor``: a persistent schedule that fits, or the least-peak
-persistent schedule recorded first, ``peak_floor.reached``); then auto proves the retention
-bound itself (``remat.solvers.bounds``: a small knapsack, usually well under a second;
+each; else after ``retention``, its persistent recursion started at once in a thread,
+``chain_dp.Ahead``, beside the methods before it); the classic baselines (always, unless
+chain-dp proved first; but not griewank where chain-dp runs: Revolve's schedules keep each
+snapshot until its last reader, so they are in the persistent class that chain-dp searches
+exactly, and its simulations of every slot count took 7.9 s of auto's 30 on heterogeneous
+linear(384)); on chains, no floor search (``_floor``: a persistent schedule that fits, or the
+least-peak persistent schedule recorded first, ``peak_floor.reached``); then auto proves the
+retention bound itself (``remat.solvers.bounds``: a small knapsack, usually well under a second;
 chain-dp proves its own) and runs ``retention`` (the schedule of the bound's knapsack, and
 its local search); then ``milp``, started from the best schedule so far, on graphs of up to
 ``MILP_MAX_NODES`` nodes, or the LP relaxation with rounding (``lp-rounding``, whose LP

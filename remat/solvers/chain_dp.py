@@ -1016,13 +1016,13 @@ class _Compiled:
         self.complete = extended
         tables = _ChainDP(chain, extended=False)
         self.n = tables.n
-        seconds = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
 
         def fresh():  # the C recursion, no searches yet
             return _chain_dp_c.new_state(tables.n, *_packed(tables), extended)
 
         if not extended:
             _wait_for(chain, deadline)
+        seconds = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
         state = fresh() if extended else _kept(_STATES, chain, fresh)
         try:
             found = _chain_dp_c.solve(state, float(budget), float(cutoff), seconds)
@@ -1057,6 +1057,7 @@ class Ahead:
     def __init__(self, graph: RematGraph, budget: float, deadline: float):
         self.chain = chain_of(graph)
         self.thread = None
+        self.stopping = threading.Lock()
         if not COMPILED or self.chain in _AHEAD:
             return
         free_mem = usable(self.chain, float(budget) - graph.static_mem)
@@ -1083,13 +1084,14 @@ class Ahead:
         self.stop()
 
     def stop(self) -> None:
-        if self.thread is None:
-            return
-        _chain_dp_c.stop(self.state, True)
-        self.thread.join()
-        _chain_dp_c.stop(self.state, False)
-        self.thread = None
-        _AHEAD.pop(self.chain, None)
+        with self.stopping:  # callers in two threads: one stops it, the other waits
+            if self.thread is None:
+                return
+            _chain_dp_c.stop(self.state, True)
+            self.thread.join()
+            _chain_dp_c.stop(self.state, False)
+            self.thread = None
+            _AHEAD.pop(self.chain, None)
 
 
 _AHEAD: dict[Chain, Ahead] = {}
