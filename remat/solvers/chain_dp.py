@@ -98,7 +98,9 @@ every search finished before, including those of a call that ran out of time. It
 most from the smallest budget up: on heterogeneous linear(384), after its two smallest
 budgets (10.5 and 12.1 s), 8 more up to 90% of the range take 0.004-0.30 s each (cold:
 0.3-20.0 s); the same sweep from the top down gains 7-19% (two runs; ``python
-bench/bench_fast.py sweep``, bench/results/fast_sweep.csv).
+bench/bench_fast.py sweep``, bench/results/fast_sweep.csv). ``Ahead`` runs that recursion in a
+thread (the C code releases the GIL) while the caller does other work, and chain-dp's own
+call on the chain waits for it: auto so gives it a second core beside retention.
 
 A node's transient workspace (``RematGraph.workspace``) is added to its own candidate: in the
 sweeps, in ``need``/``own`` (each backward node's own operands) and in ``store_peak``, exactly
