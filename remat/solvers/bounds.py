@@ -495,9 +495,9 @@ def _moment_rows(graph: RematGraph, room: np.ndarray, horizon: dict[int, int],
 
 class _MomentArrays:
     """The moment model without ``free`` in numpy, one value at a time: the same columns and
-    rows in the same order as ``_Model`` would hold (tests/test_bounds.py compares them), 10
-    to 20 times faster to build (the moment model of linear(384, unit), 590592 columns: 3.2
-    s in Python)."""
+    rows in the same order as ``_Model`` would hold (tests/test_bounds.py compares them), 8
+    to 13 times faster to build (the moment model of linear(384, unit), 589057 columns: 0.36 s,
+    3.1 s in loops; bench/results/fast_notes.md, session 19)."""
 
     def __init__(self, graph: RematGraph, room: np.ndarray, horizon: dict[int, int]):
         self.graph, self.room = graph, room

@@ -65,8 +65,8 @@ def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
     ``jump`` False: no feasibility-jump heuristic, for a caller that wants only the bound. It
     runs before the root LP and past the time limit: the moment model of heterogeneous
     linear(384), 589057 columns, with a 1 s limit returned after 17.1 s with it and 7.8 s
-    without; linear(384, unit) at its least peak was solved to optimality in 21.2 s with it
-    and 15.8 s without (bench/results/fast_notes.md, session 19).
+    without; that of linear(384, unit) at its least peak was solved to optimality in 21.2 s
+    with it and 15.8 s without (bench/results/fast_notes.md, session 19).
 
     Integer programs run without HiGHS's presolve. Its MIP presolve has a record of "optimal"
     answers that are not (HiGHS issues #1273, #1725, #3094), and HiGHS 1.16 with presolve and
