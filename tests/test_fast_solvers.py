@@ -11,6 +11,7 @@ from remat.solvers.bounds import retention_bound
 from remat.errors import InvalidScheduleError
 from remat.schedule import checkpoint_all_peak, parse_budget, simulate
 from remat.schedule.rs import cheapest_r
+from remat.schedule.solution import Solution
 from remat.solvers import SolveOptions, solver
 from remat.solvers.chain_dp import chain_of, optimal_cost, usable
 from remat.solvers.griewank import UnsupportedGraphError
@@ -695,6 +696,45 @@ def test_auto_gives_the_rest_to_the_bound_after_chain_dp_searched_its_class(monk
     assert called[-1] == "chain-dp" and "retention" not in called
     assert asked == {"time_limit": pytest.approx(20), "enough": found.compute_cost}
     assert sol.status == "optimal"
+
+
+def test_auto_gives_the_rest_to_the_bound_after_chain_dp_ran_out_of_time(monkeypatch):
+    """Where chain-dp, first, returned a schedule without finishing its class (its share ran
+    out: a chain at its least peak), the classic baselines still run, retention does not, and
+    the rest of the limit goes to the retention bound with the cheapest cost to meet (a fake
+    clock)."""
+    from types import SimpleNamespace
+
+    from remat.solvers import auto
+
+    graph = remat.graphs.linear(64)
+    budget = parse_budget("30%", graph)
+    found = solver("chen-sqrtn")(graph, budget, SolveOptions())
+    clock, called, asked = [0.0], [], {}
+
+    def fake(name):
+        def run(graph, budget, options):
+            called.append(name)
+            if name != "chain-dp":
+                return Solution.infeasible(graph, name, budget, None)
+            clock[0] += options.time_limit
+            return replace(found, method="chain-dp", status="timeout",
+                           details={"fallback": "least-peak"})
+        return run
+
+    def bound(graph, budget, time_limit, threads, enough=None):
+        asked.update(time_limit=time_limit, enough=enough)
+        return SimpleNamespace(value=enough)
+
+    monkeypatch.setattr(auto, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(auto, "solver", fake)
+    monkeypatch.setattr(auto, "retention_bound", bound)
+    sol = auto.solve(graph, budget, SolveOptions(time_limit=30))
+    assert called[0] == "chain-dp" and "retention" not in called
+    assert set(called[1:]) == set(auto.candidate_methods(graph)) & set(auto.CLASSIC)  # no
+    # retention, no lp-rounding
+    assert asked == {"time_limit": pytest.approx(20), "enough": found.compute_cost}
+    assert sol.status == "optimal" and sol.details["chosen"] == "chain-dp"
 
 
 def test_auto_stops_after_chain_dp_searched_its_class():

@@ -143,7 +143,10 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
     known = None  # auto's own bound: proved before the first method that needs it
     results: list[Solution] = []
     methods = candidate_methods(graph)
+    proof = None  # chain-dp's schedule stands: the rest of the time goes to the bound
     for k, name in enumerate(methods):
+        if proof is not None and name not in CLASSIC:
+            continue
         # exact methods start from the best schedule so far instead of rerunning the baselines
         best = _cheapest(results)
         if known is None and name not in BEFORE_BOUND:
@@ -155,11 +158,13 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
         limit = _share(name, deadline - time.perf_counter(), methods[k + 1:])
         results.append(solver(name)(graph, budget, replace(options, initial=best,
                                                            time_limit=limit)))
-        if _proof_left(results[-1], methods[k + 1:]):  # the rest of the time: the bound
-            known = max(known or -math.inf, retention_bound(
-                graph, budget, max(deadline - time.perf_counter(), MIN_STEP_SECONDS),
-                options.threads, enough=results[-1].compute_cost).value)
+        proof = proof or _proof_left(results[-1], methods[k + 1:])
+        if proof == "now":
             break
+    if proof is not None:
+        known = max(known or -math.inf, retention_bound(
+            graph, budget, max(deadline - time.perf_counter(), MIN_STEP_SECONDS),
+            options.threads, enough=_cheapest(results).compute_cost).value)
     feasible = [r for r in results if r.feasible]
     if not feasible and not any(r.proven_infeasible for r in results):
         results += _lowest_left(graph, budget, options, deadline)
@@ -255,16 +260,25 @@ def _none_found(graph: RematGraph, budget: float, min_budget: float | None,
                                reason=NONE_FOUND, tried=tried)
 
 
-def _proof_left(result: Solution, later: list[str]) -> bool:
-    """True when ``result`` is chain-dp's best over its whole class (its search finished),
-    only a bound is missing and no exact MILP follows (milp runs on chains of up to 39
-    layers). The methods after it (retention, lp-rounding) have not found a cheaper schedule
-    on any chain measured (the class equals milp's optimum wherever milp proved one,
-    ``chain_dp``'s docstring), so the time is for the bound: on heterogeneous linear(64) at 30%
-    the moment model proves chain-dp's schedule in 11 s, and auto (30 s: chain-dp 10, then
-    retention and lp-rounding) ended unproven."""
-    return (result.method == "chain-dp" and result.status != "optimal" and "milp" not in later
-            and bool(result.details.get("optimal_in_class")))
+def _proof_left(result: Solution, later: list[str]) -> str | None:
+    """Whether the rest of the time goes to the bound after ``result``: "now" when it is
+    chain-dp's best over its whole class (its search finished), only a bound is missing and
+    no exact MILP follows (milp runs on chains of up to 39 layers). The methods after it
+    (retention, lp-rounding) have not found a cheaper schedule on any chain measured (the
+    class equals milp's optimum wherever milp proved one, ``chain_dp``'s docstring), so the
+    time is for the bound: on heterogeneous linear(64) at 30% the moment model proves
+    chain-dp's schedule in 11 s, and auto (30 s: chain-dp 10, then retention and lp-rounding)
+    ended unproven. "after baselines" when chain-dp, first, found a schedule but did not
+    finish its class (its share ran out: chains at their least peak): the classic baselines
+    (milliseconds) still run, retention does not (it was never chosen after chain-dp in the
+    chain benchmark files); linear(384, unit) at its least peak: retention's 18 s found
+    chain-dp's cost, and the bound unproven at 30.4 s; with the bound's 20 s proven optimal in
+    27.1 s (bench/results/fast_notes.md, session 19). None otherwise."""
+    if result.method != "chain-dp" or "milp" in later or not result.feasible:
+        return None
+    if result.status != "optimal" and result.details.get("optimal_in_class"):
+        return "now"
+    return "after baselines" if "retention" in later and result.status != "optimal" else None
 
 
 def _share(name: str, left: float, later: list[str]) -> float:
