@@ -662,10 +662,12 @@ def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkey
     assert clock[0] == pytest.approx(20)
 
 
-def test_auto_gives_the_rest_to_the_bound_after_chain_dp_searched_its_class(monkeypatch):
-    """Where chain-dp searched its whole class and only the bound is missing (no milp after it:
-    more than 39 layers), auto spends what is left of its limit on the retention bound with
-    chain-dp's cost to meet, not on retention and lp-rounding (a fake clock)."""
+def _auto_with_stand_ins(monkeypatch, chain_dp_details: dict, others_fit: bool):
+    """auto on linear(64) at 30% (30 s) with stand-ins: chain-dp uses its whole share (a fake
+    clock) and returns chen-sqrtn's schedule with ``chain_dp_details``, status "timeout"; the
+    other methods return that schedule too (``others_fit``) or none; the retention bound
+    meets any cost. Returns auto's solution, the methods called, the bound's time limit and
+    cost to meet, and the schedule's cost."""
     from types import SimpleNamespace
 
     from remat.solvers import auto
@@ -679,10 +681,9 @@ def test_auto_gives_the_rest_to_the_bound_after_chain_dp_searched_its_class(monk
         def run(graph, budget, options):
             called.append(name)
             if name != "chain-dp":
-                return found
+                return found if others_fit else Solution.infeasible(graph, name, budget, None)
             clock[0] += options.time_limit
-            return replace(found, method="chain-dp", status="timeout",
-                           details={"optimal_in_class": True})
+            return replace(found, method="chain-dp", status="timeout", details=chain_dp_details)
         return run
 
     def bound(graph, budget, time_limit, threads, enough=None):
@@ -693,8 +694,17 @@ def test_auto_gives_the_rest_to_the_bound_after_chain_dp_searched_its_class(monk
     monkeypatch.setattr(auto, "solver", fake)
     monkeypatch.setattr(auto, "retention_bound", bound)
     sol = auto.solve(graph, budget, SolveOptions(time_limit=30))
+    return sol, called, asked, found.compute_cost
+
+
+def test_auto_gives_the_rest_to_the_bound_after_chain_dp_searched_its_class(monkeypatch):
+    """Where chain-dp searched its whole class and only the bound is missing (no milp after it:
+    more than 39 layers), auto spends what is left of its limit on the retention bound with
+    chain-dp's cost to meet, not on retention and lp-rounding (a fake clock)."""
+    sol, called, asked, cost = _auto_with_stand_ins(monkeypatch, {"optimal_in_class": True},
+                                                    others_fit=True)
     assert called[-1] == "chain-dp" and "retention" not in called
-    assert asked == {"time_limit": pytest.approx(20), "enough": found.compute_cost}
+    assert asked == {"time_limit": pytest.approx(20), "enough": cost}
     assert sol.status == "optimal"
 
 
@@ -703,37 +713,14 @@ def test_auto_gives_the_rest_to_the_bound_after_chain_dp_ran_out_of_time(monkeyp
     out: a chain at its least peak), the classic baselines still run, retention does not, and
     the rest of the limit goes to the retention bound with the cheapest cost to meet (a fake
     clock)."""
-    from types import SimpleNamespace
-
     from remat.solvers import auto
 
-    graph = remat.graphs.linear(64)
-    budget = parse_budget("30%", graph)
-    found = solver("chen-sqrtn")(graph, budget, SolveOptions())
-    clock, called, asked = [0.0], [], {}
-
-    def fake(name):
-        def run(graph, budget, options):
-            called.append(name)
-            if name != "chain-dp":
-                return Solution.infeasible(graph, name, budget, None)
-            clock[0] += options.time_limit
-            return replace(found, method="chain-dp", status="timeout",
-                           details={"fallback": "least-peak"})
-        return run
-
-    def bound(graph, budget, time_limit, threads, enough=None):
-        asked.update(time_limit=time_limit, enough=enough)
-        return SimpleNamespace(value=enough)
-
-    monkeypatch.setattr(auto, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    monkeypatch.setattr(auto, "solver", fake)
-    monkeypatch.setattr(auto, "retention_bound", bound)
-    sol = auto.solve(graph, budget, SolveOptions(time_limit=30))
+    sol, called, asked, cost = _auto_with_stand_ins(monkeypatch, {"fallback": "least-peak"},
+                                                    others_fit=False)
+    candidates = auto.candidate_methods(remat.graphs.linear(64))
     assert called[0] == "chain-dp" and "retention" not in called
-    assert set(called[1:]) == set(auto.candidate_methods(graph)) & set(auto.CLASSIC)  # no
-    # retention, no lp-rounding
-    assert asked == {"time_limit": pytest.approx(20), "enough": found.compute_cost}
+    assert set(called[1:]) == set(candidates) & set(auto.CLASSIC)  # nor lp-rounding
+    assert asked == {"time_limit": pytest.approx(20), "enough": cost}
     assert sol.status == "optimal" and sol.details["chosen"] == "chain-dp"
 
 
