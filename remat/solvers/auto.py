@@ -126,10 +126,11 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
     deadline = start + options.time_limit
-    floor = _floor(graph, budget, options)
+    after = _chain_dp_after_retention(graph)
+    floor = _floor(graph, budget, options, after)
     if floor is not None:
         return _below_floor(graph, budget, floor, options, start)
-    ahead = Ahead(graph, budget, deadline) if _chain_dp_after_retention(graph) else None
+    ahead = Ahead(graph, budget, deadline) if after else None
     try:
         return _run_methods(graph, budget, options, start, deadline)
     finally:
@@ -184,13 +185,14 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
                            tried=[r.method for r in results])
 
 
-def _floor(graph: RematGraph, budget: float, options: SolveOptions) -> float | None:
+def _floor(graph: RematGraph, budget: float, options: SolveOptions,
+           after: bool | None) -> float | None:
     """``below_floor``'s proven least peak where ``budget`` is below it, else None. On chains
     where chain-dp goes first (in C), a persistent schedule that fits proves the budget
     feasible: its recursion, kept per chain, then answers chain-dp again at once, and the
     least-peak record is not needed (0.55 s of a 1.4 s call on linear(512, unit)). Other
-    chains record their least-peak persistent schedule first (``reached``: no floor search)."""
-    after = _chain_dp_after_retention(graph)
+    chains record their least-peak persistent schedule first (``reached``: no floor search).
+    ``after``: ``_chain_dp_after_retention(graph)``."""
     if after is False and COMPILED:
         seconds = min(options.time_limit / 4, CHAIN_DP_SECONDS)
         if persistent_fits(chain_of(graph), float(budget) - graph.static_mem,
@@ -272,8 +274,9 @@ def _proof_left(result: Solution, later: list[str]) -> str | None:
     finish its class (its share ran out: chains at their least peak): the classic baselines
     (milliseconds) still run, retention does not (it was never chosen after chain-dp in the
     chain benchmark files); linear(384, unit) at its least peak: retention's 18 s found
-    chain-dp's cost, and the bound unproven at 30.4 s; with the bound's 20 s proven optimal in
-    27.1 s (bench/results/fast_notes.md, session 19). None otherwise."""
+    chain-dp's cost, and the bound unproven at 30.4 s; the bound, given the 18.7 s left after
+    the baselines, proves it optimal (28.1 s in all; bench/results/fast_notes.md, session 19).
+    None otherwise."""
     if result.method != "chain-dp" or "milp" in later or not result.feasible:
         return None
     if result.status != "optimal" and result.details.get("optimal_in_class"):

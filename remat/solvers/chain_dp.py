@@ -1018,19 +1018,16 @@ class _Compiled:
         self.complete = extended
         tables = _ChainDP(chain, extended=False)
         self.n = tables.n
-
-        def fresh():  # the C recursion, no searches yet
-            return _chain_dp_c.new_state(tables.n, *_packed(tables), extended)
-
-        if not extended:
+        if extended:  # the C recursion, no searches yet
+            state = _chain_dp_c.new_state(tables.n, *_packed(tables), True)
+        else:
             _wait_for(chain, deadline)
+            state = _kept_state(chain, tables)
         seconds = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
-        state = fresh() if extended else _kept(_STATES, chain, fresh)
         try:
             found = _chain_dp_c.solve(state, float(budget), float(cutoff), seconds)
-        except (RuntimeError, MemoryError):  # its stores cannot be trusted: start afresh
-            if not extended:
-                _STATES.pop(chain, None)
+        except (RuntimeError, MemoryError):
+            _drop_state(chain, state)
             raise
         if found is None:
             raise _OutOfTime
@@ -1063,9 +1060,7 @@ class Ahead:
         if not COMPILED or self.chain in _AHEAD:
             return
         free_mem = usable(self.chain, float(budget) - graph.static_mem)
-        tables = _ChainDP(self.chain, extended=False)
-        self.state = _kept(_STATES, self.chain,
-                           lambda: _chain_dp_c.new_state(tables.n, *_packed(tables), False))
+        self.state = _kept_state(self.chain, _ChainDP(self.chain, extended=False))
         seconds = max(deadline - time.perf_counter(), 0.0)
         self.thread = threading.Thread(target=self._run, args=(free_mem, seconds), daemon=True,
                                        name="remat-chain-dp")
@@ -1075,9 +1070,8 @@ class Ahead:
     def _run(self, free_mem: float, seconds: float) -> None:
         try:
             _chain_dp_c.solve(self.state, free_mem, INF, seconds, True)
-        except (RuntimeError, MemoryError):  # its stores cannot be trusted: start afresh
-            if _STATES.get(self.chain) is self.state:
-                _STATES.pop(self.chain)
+        except (RuntimeError, MemoryError):
+            _drop_state(self.chain, self.state)
 
     def wait(self, deadline: float | None) -> None:
         """Until the recursion ends, or ``deadline``, then stop it."""
@@ -1098,6 +1092,20 @@ class Ahead:
 
 _AHEAD: dict[Chain, Ahead] = {}
 """The recursions running ahead (``Ahead``), by chain."""
+
+
+def _kept_state(chain: Chain, tables: _ChainDP):
+    """The chain's kept persistent C recursion (``_STATES``), made without searches on a
+    miss."""
+    return _kept(_STATES, chain,
+                 lambda: _chain_dp_c.new_state(tables.n, *_packed(tables), False))
+
+
+def _drop_state(chain: Chain, state) -> None:
+    """A search on ``state`` failed (memory, a lost interval): its stores cannot be trusted,
+    so a kept one is dropped and the next call starts afresh."""
+    if _STATES.get(chain) is state:
+        _STATES.pop(chain)
 
 
 def _wait_for(chain: Chain, deadline: float | None) -> None:
