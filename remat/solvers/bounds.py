@@ -207,6 +207,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
     base = total + float(sum(graph.cost[v] for v, _, _ in columns))
     value, status, kept, skipped = total, "optimal", None, False
     size = moment_size(graph) if {"moment", "recompute"} & set(models) else 0
+    solved: set[tuple[int, bool]] = set()  # what each gap model solved added to the first
     for name in models:
         left = None if time_limit is None else time_limit - (time.perf_counter() - start)
         if left is not None and left <= 0:
@@ -229,10 +230,11 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             offset, gap_columns = total, None
         else:
             staged = 0 if name == "first" else STAGED_COLUMNS
-            model, added, gap_columns = _gap_model(graph, columns, room, staged,
+            model, extra, gap_columns = _gap_model(graph, columns, room, staged,
                                                    name == "chained")
-            if name == "staged" and not added and "first" in models:
-                continue  # the same model as the first
+            if extra in solved:
+                continue  # the same model as one solved before (linear chains: all three)
+            solved.add(extra)
             offset = base
         if model is None:
             continue  # too large
@@ -331,10 +333,12 @@ def gaps(graph: RematGraph) -> list[tuple[int, int, int]]:
 
 
 def _gap_model(graph: RematGraph, columns: list[tuple[int, int, int]], room: np.ndarray,
-               staged: int, chained: bool = False) -> tuple[dict | None, int, list[int]]:
+               staged: int, chained: bool = False
+               ) -> tuple[dict | None, tuple[int, bool], list[int]]:
     """The retention knapsack by gaps, plus the inputs a dropped value needs to be rebuilt;
-    returns the HiGHS arrays, the number of per-stage columns added (at most ``staged``) and
-    each gap's column.
+    returns the HiGHS arrays, what it adds to the model with first-stage rows only (the number
+    of per-stage columns, at most ``staged``, and whether chained rows were added: models
+    with equal such pairs are the same) and each gap's column.
 
     Column x per gap (keep v alive across it; else pay c_v, module docstring). Rebuild rows:
     if v is dropped in the gap starting at stage a, it is computed again after that moment,
@@ -387,7 +391,7 @@ def _gap_model(graph: RematGraph, columns: list[tuple[int, int, int]], room: np.
         _close_rebuilds(graph, horizon)
         size = 2 * sum(until - max(graph.users[d]) for d, until in horizon.items())
         if size > CHAINED_COLUMNS:
-            return None, added, gap_columns
+            return None, (added, True), gap_columns
     rebuilt, alive, later = {}, {}, {}
     for d, until in horizon.items():
         rebuilt[d] = model.column(float(graph.cost[d]))
@@ -408,7 +412,7 @@ def _gap_model(graph: RematGraph, columns: list[tuple[int, int, int]], room: np.
             for e in graph.deps[d]:
                 if (e, t) in later:
                     model.row([alive[e, t], later[e, t], col], [1.0, 1.0, -1.0], 0.0)
-    return model.arrays(), added, gap_columns
+    return model.arrays(), (added, chained and bool(horizon)), gap_columns
 
 
 def _spans(graph: RematGraph) -> dict[int, int]:
