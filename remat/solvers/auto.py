@@ -91,13 +91,19 @@ persistent recursion itself did not finish, its least-peak schedule), and retent
 
 
 def candidate_methods(graph: RematGraph) -> list[str]:
-    """The methods ``auto`` tries on this graph, cheapest first."""
+    """The methods ``auto`` tries on this graph, cheapest first; but on chains where chain-dp
+    comes after retention, retention right after checkpoint-all: it proves them optimal at
+    moderate budgets in well under a second, where chen-greedy and ap-greedy took 0.5 s each
+    (heterogeneous linear(512) at 30% / 60% of its budget range: 0.79 / 0.92 s in all, 2.0 /
+    2.1 s with the baselines first; bench/results/fast_notes.md, session 20)."""
     methods = applicable(graph, BASELINES)
     after = _chain_dp_after_retention(graph)
     if after is not None:  # Revolve's schedules are in chain-dp's persistent class
         methods = [m for m in methods if m != "griewank"]
-    if after:
-        methods.insert(methods.index("retention") + 1, "chain-dp")
+    if after:  # retention proves them optimal where they are not tight: before the baselines
+        methods.remove("retention")
+        methods.insert(methods.index("checkpoint-all") + 1, "retention")
+        methods.append("chain-dp")
     elif after is not None:  # first where quick: where it proves, nothing else runs
         methods.insert(0, "chain-dp")
     if graph.size <= MILP_MAX_NODES:
