@@ -628,8 +628,9 @@ def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkey
     """Heterogeneous linear(384) (in C; 74305 distinct segments, a persistent recursion of 3-18
     s) or linear(192) (in Python; 18721, 12-38 s): retention goes first, right after
     checkpoint-all (before the slower baselines), and chain-dp, last, gets all that is left (a
-    fake clock: each method uses all it is given); griewank does not run. On unit linear(192) chain-dp runs first (where it proves, the baselines never run).
-    Past ``CHAIN_DP_MAX`` layers there is no chain-dp."""
+    fake clock: each method uses all it is given); griewank does not run. On unit
+    linear(192) chain-dp runs first (where it proves, the baselines never run). Past
+    ``CHAIN_DP_MAX`` layers there is no chain-dp."""
     from types import SimpleNamespace
 
     from remat.solvers import auto

@@ -250,9 +250,8 @@ def test_auto_uses_milp_on_small_graphs_and_reports_its_bound():
     """random_dag(14, seed=1, unit=True) at 60%: neither the heuristics nor retention (37)
     meet the bound, milp does (36, measured; random_dag(8, seed=3) was such a case until
     retention's hold pass kept repeated rebuilds in one move). On linear(4, unit) at 4 units
-    the heuristics need 15,
-    the optimum is 12: retention finds it and the bound (its moment model) proves it, so
-    milp does not run."""
+    the heuristics need 15, the optimum is 12: retention finds it and the bound (its moment
+    model) proves it, so milp does not run."""
     graph = remat.graphs.random_dag(14, seed=1, unit=True)
     budget = remat.parse_budget("60%", graph)
     sol = remat.solve(graph, budget, time_limit=20)
