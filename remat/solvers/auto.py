@@ -5,8 +5,9 @@ the best lower bound proved so far, and returns the cheapest schedule that fits 
 bound: on chains of up to ``CHAIN_DP_MAX`` layers ``chain-dp`` (its recursions stop at its
 share of the time; first, where its DP is small, ``CHAIN_DP_FIRST``, so that where it proves
 its schedule nothing else runs: on linear(384, unit) chen-greedy and ap-greedy take 0.5 s
-each; else after ``retention``, its persistent recursion started at once in a thread,
-``chain_dp.Ahead``, beside the methods before it); the classic baselines (always, unless
+each, and there retention gets a second before it where the DP is not that small,
+``RETENTION_TRY``; else after ``retention``, its persistent recursion started at once in a
+thread, ``chain_dp.Ahead``, beside the methods before it); the classic baselines (always, unless
 chain-dp proved first; but not griewank where chain-dp runs: Revolve's schedules keep each
 snapshot until its last reader, so they are in the persistent class that chain-dp searches
 exactly, and its simulations of every slot count took 7.9 s of auto's 30 on heterogeneous
@@ -76,6 +77,10 @@ BEFORE_BOUND = CLASSIC + ("chain-dp",)
 milliseconds, and chain-dp proves its own, stopping as soon as it meets its cost (auto's, with
 no cost to stop at, ran for its whole 3 s of 30 on linear(128, unit=True) at 30%, which
 chain-dp proves optimal in 0.6 s)."""
+RETENTION_TRY = (20_000, 1.0)
+"""(segments, seconds): on chains where chain-dp goes first with more DP segments than this
+(heterogeneous linear(256): 33153; linear(192): 18721, whose persistent recursion takes
+0.13-0.7 s), retention first, for at most this long (a tenth of the limit if less)."""
 EXACT_METHODS = ("chain-dp", "milp", "lp-rounding")
 """The methods after the baselines: whoever comes before one of them leaves it half the time."""
 NONE_FOUND = "no method found a schedule within the time limit"
@@ -133,22 +138,36 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
     deadline = start + options.time_limit
     after = _chain_dp_after_retention(graph)
-    floor = _floor(graph, budget, options, after)
+    tried = _retention_try(graph, budget, options) if after is False else []
+    proven = any(r.status == "optimal" for r in tried)
+    floor = None if proven else _floor(graph, budget, options, after)
     if floor is not None:
         return _below_floor(graph, budget, floor, options, start)
     ahead = Ahead(graph, budget, deadline) if after else None
     try:
-        return _run_methods(graph, budget, options, start, deadline)
+        return _run_methods(graph, budget, options, start, deadline, tried)
     finally:
         if ahead is not None:
             ahead.stop()
 
 
+def _retention_try(graph: RematGraph, budget: float, options: SolveOptions) -> list[Solution]:
+    """On chains where chain-dp goes first but its DP is not small (more than
+    ``RETENTION_TRY[0]`` segments), retention with ``RETENTION_TRY[1]`` seconds first: where
+    it proves its schedule, chain-dp's persistent recursion (1.45 s of 1.58 on heterogeneous
+    linear(256) at 30% of its budget range) never runs. [its result], else []."""
+    if distinct_segments(chain_of(graph)) <= RETENTION_TRY[0]:
+        return []
+    seconds = min(RETENTION_TRY[1], options.time_limit / 10)
+    return [solver("retention")(graph, budget, replace(options, time_limit=seconds))]
+
+
 def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start: float,
-                 deadline: float) -> Solution:
-    """The methods of ``candidate_methods`` in turn (module docstring), then the result."""
+                 deadline: float, tried: list[Solution]) -> Solution:
+    """The methods of ``candidate_methods`` in turn (module docstring), after the results
+    ``tried`` before them, then the result."""
     known = None  # auto's own bound: proved before the first method that needs it
-    results: list[Solution] = []
+    results: list[Solution] = list(tried)
     methods = candidate_methods(graph)
     proof = None  # chain-dp's schedule stands: the rest of the time goes to the bound
     for k, name in enumerate(methods):
