@@ -101,8 +101,12 @@ def candidate_methods(graph: RematGraph) -> list[str]:
     moderate budgets in well under a second, where chen-greedy and ap-greedy took 0.5 s each
     (heterogeneous linear(512) at 30% / 60% of its budget range: 0.79 / 0.92 s in all, 2.0 /
     2.1 s with the baselines first; bench/results/fast_notes.md, session 20)."""
+    return _methods(graph, _chain_dp_order(graph)[0])
+
+
+def _methods(graph: RematGraph, after: bool | None) -> list[str]:
+    """``candidate_methods`` with chain-dp's place (``_chain_dp_order``) known."""
     methods = applicable(graph, BASELINES)
-    after = _chain_dp_after_retention(graph)
     if after is not None:  # Revolve's schedules are in chain-dp's persistent class
         methods = [m for m in methods if m != "griewank"]
     if after:  # retention proves them optimal where they are not tight: before the baselines
@@ -118,18 +122,20 @@ def candidate_methods(graph: RematGraph) -> list[str]:
     return methods
 
 
-def _chain_dp_after_retention(graph: RematGraph) -> bool | None:
-    """Where auto runs chain-dp: before retention (False) where its recursion takes seconds
-    (``CHAIN_DP_FIRST``), after it (True) up to ``CHAIN_DP_MAX``, not at all (None) beyond
-    or on other graphs. Segments are counted only below the layer cap (the count builds
-    O(n^2) tables)."""
+def _chain_dp_order(graph: RematGraph) -> tuple[bool | None, bool]:
+    """(after, retention first). Where auto runs chain-dp: before retention (False) where its
+    recursion takes seconds (``CHAIN_DP_FIRST``), after it (True) up to ``CHAIN_DP_MAX``, not
+    at all (None) beyond or on other graphs; and whether retention gets its short try before
+    chain-dp first (``RETENTION_TRY``). Segments are counted once, and only below the layer
+    cap (the count builds O(n^2) tables; 2-7 ms at 256-512 layers once they are cached)."""
     if not method_applies("chain-dp", graph):
-        return None
+        return None, False
     layers = len(graph.forward_nodes) - 1
     segments = distinct_segments(chain_of(graph)) if layers <= CHAIN_DP_MAX[0] else math.inf
     if segments > CHAIN_DP_MAX[1]:
-        return None
-    return layers > CHAIN_DP_FIRST[0] or segments > CHAIN_DP_FIRST[1]
+        return None, False
+    after = layers > CHAIN_DP_FIRST[0] or segments > CHAIN_DP_FIRST[1]
+    return after, not after and segments > RETENTION_TRY[0]
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
@@ -137,38 +143,35 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
     deadline = start + options.time_limit
-    after = _chain_dp_after_retention(graph)
-    tried = _retention_try(graph, budget, options) if after is False else []
+    after, retention_first = _chain_dp_order(graph)
+    tried = _retention_try(graph, budget, options) if retention_first else []
     proven = any(r.status == "optimal" for r in tried)
     floor = None if proven else _floor(graph, budget, options, after)
     if floor is not None:
         return _below_floor(graph, budget, floor, options, start)
     ahead = Ahead(graph, budget, deadline) if after else None
     try:
-        return _run_methods(graph, budget, options, start, deadline, tried)
+        return _run_methods(graph, budget, options, start, deadline, after, tried)
     finally:
         if ahead is not None:
             ahead.stop()
 
 
 def _retention_try(graph: RematGraph, budget: float, options: SolveOptions) -> list[Solution]:
-    """On chains where chain-dp goes first but its DP is not small (more than
-    ``RETENTION_TRY[0]`` segments), retention with ``RETENTION_TRY[1]`` seconds first: where
-    it proves its schedule, chain-dp's persistent recursion (1.45 s of 1.58 on heterogeneous
-    linear(256) at 30% of its budget range) never runs. [its result], else []."""
-    if distinct_segments(chain_of(graph)) <= RETENTION_TRY[0]:
-        return []
+    """Retention with ``RETENTION_TRY[1]`` seconds, before chain-dp (``_chain_dp_order``):
+    where it proves its schedule, chain-dp's persistent recursion (1.45 s of 1.58 on
+    heterogeneous linear(256) at 30% of its budget range) never runs. [its result]."""
     seconds = min(RETENTION_TRY[1], options.time_limit / 10)
     return [solver("retention")(graph, budget, replace(options, time_limit=seconds))]
 
 
 def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start: float,
-                 deadline: float, tried: list[Solution]) -> Solution:
-    """The methods of ``candidate_methods`` in turn (module docstring), after the results
-    ``tried`` before them, then the result."""
+                 deadline: float, after: bool | None, tried: list[Solution]) -> Solution:
+    """The methods of ``candidate_methods`` in turn (module docstring; ``after``: chain-dp's
+    place), after the results ``tried`` before them, then the result."""
     known = None  # auto's own bound: proved before the first method that needs it
     results: list[Solution] = list(tried)
-    methods = candidate_methods(graph)
+    methods = _methods(graph, after)
     proof = None  # chain-dp's schedule stands: the rest of the time goes to the bound
     for k, name in enumerate(methods):
         if proof is not None and name not in CLASSIC:
@@ -217,7 +220,7 @@ def _floor(graph: RematGraph, budget: float, options: SolveOptions,
     feasible: its recursion, kept per chain, then answers chain-dp again at once, and the
     least-peak record is not needed (0.55 s of a 1.4 s call on linear(512, unit)). Other
     chains record their least-peak persistent schedule first (``reached``: no floor search).
-    ``after``: ``_chain_dp_after_retention(graph)``."""
+    ``after``: chain-dp's place (``_chain_dp_order``)."""
     if after is False and COMPILED:
         seconds = min(options.time_limit / 4, CHAIN_DP_SECONDS)
         if persistent_fits(chain_of(graph), float(budget) - graph.static_mem,

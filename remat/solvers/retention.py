@@ -314,8 +314,8 @@ def _hold(plan: "Plan", budget: float, best: tuple, deadline: float,
                 break
             if not R[t, v]:  # an earlier move removed it
                 continue
-            before = int(np.flatnonzero(R[:t, v])[-1])
-            if window is not None and (t < window[0] or before >= window[1]):
+            before = _held_from(R, t, v, window)
+            if before is None:
                 continue
             S_try = S.copy()
             S_try[before + 1:t + 1, v] = True
@@ -337,8 +337,8 @@ def _hold_repeats(plan: "Plan", budget: float, R: np.ndarray, S: np.ndarray,
     the moves one at a time took 362 simulations (10 s)."""
     S_try, moved = S.copy(), False
     for t, v in _recomputations(plan.graph, R):
-        before = int(np.flatnonzero(R[:t, v])[-1])
-        if before == v or (window is not None and (t < window[0] or before >= window[1])):
+        before = _held_from(R, t, v, window)
+        if before is None or before == v:
             continue  # v's first computation: keeping it from there undoes the drop
         S_try[before + 1:t + 1, v] = moved = True
     if not moved:
@@ -346,6 +346,15 @@ def _hold_repeats(plan: "Plan", budget: float, R: np.ndarray, S: np.ndarray,
     R_try, S_try = tighten(plan.graph, S_try)
     sim = plan.price(R_try, S_try)
     return (sim.compute_cost, R_try, S_try) if sim.peak_memory <= budget else None
+
+
+def _held_from(R: np.ndarray, t: int, v: int, window: tuple[int, int] | None) -> int | None:
+    """The stage of v's computation before stage t, from which a hold move keeps it; None
+    where that move leaves ``window`` (``_hold``)."""
+    before = int(np.flatnonzero(R[:t, v])[-1])
+    if window is not None and (t < window[0] or before >= window[1]):
+        return None
+    return before
 
 
 KICKS = 3
