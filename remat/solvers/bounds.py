@@ -260,7 +260,7 @@ def _jumps(graph: RematGraph, gap_model: bool) -> bool:
     chains; never the moment model (only its bound counts, ``highs_backend.run``). On chains
     the gap knapsack is over nested intervals, and the heuristic took most of the solve:
     heterogeneous linear(512) at 40/60/80%, 1.38/1.24/1.15 s with it, 0.37/0.22/0.20 s without
-    (0.9 s of the first in the heuristic); linear(512, unit) 0.53-0.64 s against 0.12-0.17 s;
+    (at 60%, 0.9 s of 1.2 s in the heuristic); linear(512, unit) 0.53-0.64 s against 0.12-0.17 s;
     the same optima. On the zoo graphs its solution sometimes closes the gap: fcn_resnet50 at
     op level, 60%, 3.1 s with it, unsolved in 20 s without; resnet50 at module level, 80%, 0.4
     against 4.4 s (mobilenet_v2 at op level, 60%, goes the other way: unsolved in 20 s, 0.9 s
