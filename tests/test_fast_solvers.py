@@ -454,6 +454,73 @@ def test_a_recursion_run_ahead_gives_chain_dp_the_cold_answer():
     chain_dp.forget_states()
 
 
+def test_strided_recursions_are_subsets_of_the_persistent_one():
+    """A strided recursion (checkpoints only at every k-th layer) finds schedules that fit and
+    cost what it says (the simulator's), never below the persistent optimum, and the coarser
+    stride never below the finer one (every fourth layer is also every second); with stride 1
+    (its segments keyed by position, not content) it is the persistent recursion itself. A
+    mask is refused for the full class."""
+    from remat.solvers import chain_dp
+
+    assert chain_dp.COMPILED, "the C extension was not built (make setup)"
+    graphs = [remat.graphs.linear(n, unit=unit) for n in (12, 40) for unit in (True, False)]
+    graphs += [random_chain(n, seed) for n in (6, 11) for seed in range(2)]
+    checked = 0
+    for graph in graphs:
+        chain = chain_of(graph)
+        tables = chain_dp._ChainDP(chain, extended=False)
+        least, top = chain_dp.least_peak(graph), checkpoint_all_peak(graph)
+        for share in np.linspace(0, 1, 7):
+            free = usable(chain, least + share * (top - least) - graph.static_mem)
+            whole = chain_dp.persistent_cost(chain, free)[0]
+            costs = {}
+            for stride in (1, 2, 4):
+                state = chain_dp._strided_state(tables, stride)
+                found = chain_dp._strided(tables, state, free, 60.0, stride)
+                costs[stride] = np.inf if found is None else found[0]
+                if found is not None:
+                    sim = simulate(graph, *chain_dp._r_s(graph, found[1]))
+                    assert sim.peak_memory <= graph.static_mem + free
+                    assert sim.compute_cost == pytest.approx(found[0], rel=1e-9)
+                    checked += 1
+            assert costs[1] == whole, (graph.size, share)
+            assert whole <= costs[2] <= costs[4], (graph.size, share)
+    assert checked > 60
+    packed = chain_dp._packed(tables)
+    with pytest.raises(ValueError, match="persistent recursion only"):
+        chain_dp._chain_dp_c.new_state(tables.n, *packed, True, bytes(tables.n))
+    chain_dp._STRIDED.clear()
+
+
+def test_chain_dp_out_of_time_offers_the_strided_schedules():
+    """Where the persistent recursion does not finish, chain-dp's fallback offers the strided
+    recursions' schedules (those ``Ahead`` recorded at the budget, else its own) beside the
+    least-peak and graded ones, and returns the cheapest that fits: on heterogeneous
+    linear(128) at 10% of its range the strided schedules beat the least-peak one."""
+    from remat.solvers import chain_dp
+
+    graph = remat.graphs.linear(128)
+    chain = chain_of(graph)
+    least, top = chain_dp.least_peak(graph), checkpoint_all_peak(graph)
+    budget = least + 0.1 * (top - least)
+    free = usable(chain, budget - graph.static_mem)
+    chain_dp._STRIDED.clear()
+    start = time.perf_counter()
+    found = chain_dp._fallback(graph, chain, budget, start, start + 2)
+    strided = [ops for at, _, ops in chain_dp._STRIDED[chain] if at == free]
+    assert len(strided) == 2 and found.peak_memory <= budget
+    costs = [simulate(graph, *chain_dp._r_s(graph, ops)).compute_cost for ops in strided]
+    tables = chain_dp._ChainDP(chain, extended=False)
+    lowest = chain_dp._fitting(graph, np.inf, tables.least_peak_ops, "least-peak")[0]
+    assert found.compute_cost <= min(costs) * (1 + 1e-12) < lowest.compute_cost
+    assert found.compute_cost >= chain_dp.persistent_cost(chain, free)[0] * (1 - 1e-12)
+    ahead = chain_dp.Ahead(graph, budget, time.perf_counter() + 60)  # records them again
+    ahead.wait(None)
+    assert sum(at == free for at, _, _ in chain_dp._STRIDED[chain]) == 4
+    chain_dp._STRIDED.clear()
+    chain_dp.forget_states()
+
+
 def test_after_waiting_for_the_thread_chain_dp_has_only_the_time_left(monkeypatch):
     """Where chain-dp's recursion waited for one running ahead until its deadline, its own
     search gets the time left (none), not the time it had before the wait: it ran a second

@@ -6,11 +6,14 @@
  * to the Python recursion where this module was not built.
  *
  * new_state(n, fp, bp, fcost, mem, fws, grad, base, need, own, store_peak, segment, segments,
- *           extended)
+ *           extended, stored=None)
  *   n: layers including the loss layer; fp, bp: prefix sums of forward and backward costs
  *   (n + 1 each); fcost, mem, fws, base: n each; grad: n + 1; need, own: n * n; store_peak:
  *   2 * n * n ([top][s][t]); segment: n * n C ints, the content of segment s..t (0..segments-1,
- *   equal for segments of equal content). Returns a capsule: the recursion's interval stores,
+ *   equal for segments of equal content); stored: None, or n bytes, nonzero where a_j may be
+ *   stored as a checkpoint (the persistent recursion only, ``extended`` 0: a subset of its
+ *   class, whose answers are schedules that fit but not its optimum; segment ids must then
+ *   tell apart segments of different masks). Returns a capsule: the recursion's interval stores,
  *   empty, which every solve() on it adds to (their facts hold at every budget), and the
  *   tables, held until the capsule is freed.
  * solve(state, budget, cutoff, seconds, threaded=False)
@@ -60,6 +63,7 @@ typedef struct {
     int extended;
     const double *fp, *bp, *fcost, *mem, *fws, *grad, *base, *need, *own, *store_peak;
     const int *segment;
+    const char *stored; /* NULL, or where a checkpoint may be stored */
     Steps *steps; /* seg states: [segment * 2 + top] */
     Py_ssize_t nsteps;
     Table blocks; /* held and drop states */
@@ -409,6 +413,7 @@ static void persistent_pass(DP *dp, Py_ssize_t s, Py_ssize_t t, int top, double 
         }
         run_cost += dp->fcost[j];
         if (run_peak > budget || search_stop(run, floor_ + fp[j] - fp[s])) break;
+        if (dp->stored && !dp->stored[j]) continue;
         rest_least = fp[j] - fp[s] + bp[j + 1] - bp[s];
         up = best(dp, j + 1, t, top, budget - base, run->best - run_cost - rest_least);
         upper = up.cost + run_cost;
@@ -738,7 +743,7 @@ static void release(DP *dp) {
 }
 
 /* a kept recursion: its stores, and the tables it reads (held until it is freed) */
-#define TABLES 11
+#define TABLES 12
 #define STATE "remat.chain_dp_state"
 typedef struct {
     DP dp;
@@ -815,22 +820,27 @@ static PyObject *new_state(PyObject *self, PyObject *args) {
     if (!st) return PyErr_NoMemory();
     v = st->views;
     dp = &st->dp;
-    if (!PyArg_ParseTuple(args, "ny*y*y*y*y*y*y*y*y*y*y*np", &n, &v[0], &v[1], &v[2], &v[3],
-                          &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &segments,
-                          &extended)) {
+    if (!PyArg_ParseTuple(args, "ny*y*y*y*y*y*y*y*y*y*y*np|z*", &n, &v[0], &v[1], &v[2],
+                          &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &segments,
+                          &extended, &v[11])) {
         free(st);
         return NULL;
     }
-    if (n >= 1 && segments >= 1 && table(&v[0], n + 1, "fp") && table(&v[1], n + 1, "bp") &&
+    if (v[11].buf && extended) {
+        PyErr_SetString(PyExc_ValueError, "_chain_dp_c: a mask of stored checkpoints is for "
+                        "the persistent recursion only");
+    } else if (n >= 1 && segments >= 1 && table(&v[0], n + 1, "fp") && table(&v[1], n + 1, "bp") &&
         table(&v[2], n, "fcost") && table(&v[3], n, "mem") && table(&v[4], n, "fws") &&
         table(&v[5], n + 1, "grad") && table(&v[6], n, "base") && table(&v[7], n * n, "need") &&
         table(&v[8], n * n, "own") && table(&v[9], 2 * n * n, "store_peak") &&
-        sized(&v[10], n * n, (Py_ssize_t)sizeof(int), "segment")) {
+        sized(&v[10], n * n, (Py_ssize_t)sizeof(int), "segment") &&
+        (!v[11].buf || sized(&v[11], n, 1, "stored"))) {
         dp->n = n;
         dp->extended = extended;
         dp->fp = v[0].buf; dp->bp = v[1].buf; dp->fcost = v[2].buf; dp->mem = v[3].buf;
         dp->fws = v[4].buf; dp->grad = v[5].buf; dp->base = v[6].buf; dp->need = v[7].buf;
         dp->own = v[8].buf; dp->store_peak = v[9].buf; dp->segment = v[10].buf;
+        dp->stored = v[11].buf;
         dp->nsteps = 2 * segments;
         dp->steps = calloc((size_t)dp->nsteps, sizeof(Steps));
         if (!dp->steps) PyErr_NoMemory();

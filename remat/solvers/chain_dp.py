@@ -142,6 +142,14 @@ recursion then gets the whole limit, the fallback only its least-peak schedule (
 layers), and a later call on the same chain resumes the recursion (``_Compiled``)."""
 GRADED_LEVELS = 16
 """The first grid of ``_fallback``'s graded DP (doubled while time remains)."""
+STRIDES = (4, 2)
+"""The strided persistent recursions (``_strided_state``: checkpoints at every fourth, then
+every second layer) that ``Ahead`` and ``_fallback`` run where the whole recursion does not
+finish: heterogeneous linear(512) at 10% of its budget range, 1.2154 / 1.2031 of the total
+cost in 1.1 / 7.3 s, against the whole recursion's 1.1850 in 66 s and the least-peak
+schedule's 2.9 (bench/results/fast_notes.md, session 21)."""
+STRIDED_SHARE = 1 / 3
+"""The share of ``Ahead``'s time its strided recursions may use."""
 _SLACK = 1e-12
 
 
@@ -1048,7 +1056,10 @@ class Ahead:
     """The persistent C recursion of ``graph`` at ``budget``, run in a thread (the C code
     releases the GIL) until ``deadline`` while the caller does other work: auto starts it
     where chain-dp comes after retention, so that on two cores the recursion has the whole
-    limit instead of what retention leaves. Its finished searches stay in the chain's kept
+    limit instead of what retention leaves. It first runs the strided recursions
+    (``STRIDES``, within ``STRIDED_SHARE`` of its time; their schedules are recorded for
+    ``_fallback``), then the whole one below the cheapest of them (a cutoff that holds: each
+    strided class is a subset of the whole). Its finished searches stay in the chain's kept
     state; chain-dp's own call on the chain (``_Compiled``) waits for it first (until its own
     deadline, then stops it) and resumes from there. ``stop()`` ends it (auto's last step).
     Where the C recursions were not built it does nothing."""
@@ -1057,10 +1068,13 @@ class Ahead:
         self.chain = chain_of(graph)
         self.thread = None
         self.stopping = threading.Lock()
+        self.switch = threading.Lock()  # the state the thread searches, or None once halted
+        self.current, self.halted = None, False
         if not COMPILED or self.chain in _AHEAD:
             return
         free_mem = usable(self.chain, float(budget) - graph.static_mem)
-        self.state = _kept_state(self.chain, _ChainDP(self.chain, extended=False))
+        self.tables = _ChainDP(self.chain, extended=False)
+        self.state = _kept_state(self.chain, self.tables)
         seconds = max(deadline - time.perf_counter(), 0.0)
         self.thread = threading.Thread(target=self._run, args=(free_mem, seconds), daemon=True,
                                        name="remat-chain-dp")
@@ -1068,10 +1082,31 @@ class Ahead:
         self.thread.start()
 
     def _run(self, free_mem: float, seconds: float) -> None:
+        start = time.perf_counter()
+        cutoff = INF
+        for stride in STRIDES:
+            state = self._begin(lambda: _strided_state(self.tables, stride))
+            if state is None:
+                return
+            left = start + STRIDED_SHARE * seconds - time.perf_counter()
+            found = _strided(self.tables, state, free_mem, left, stride, threaded=True)
+            if found is not None:
+                cutoff = min(cutoff, found[0])
+        if self._begin(lambda: self.state) is None:
+            return
         try:
-            _chain_dp_c.solve(self.state, free_mem, INF, seconds, True)
+            _chain_dp_c.solve(self.state, free_mem, cutoff, start + seconds - time.perf_counter(),
+                              True)
         except (RuntimeError, MemoryError):
             _drop_state(self.chain, self.state)
+
+    def _begin(self, make):
+        """The state ``make()`` gives, to search next, or None once stopped."""
+        with self.switch:
+            if self.halted:
+                return None
+            self.current = make()
+            return self.current
 
     def wait(self, deadline: float | None) -> None:
         """Until the recursion ends, or ``deadline``, then stop it."""
@@ -1083,7 +1118,10 @@ class Ahead:
         with self.stopping:  # callers in two threads: one stops it, the other waits
             if self.thread is None:
                 return
-            _chain_dp_c.stop(self.state, True)
+            with self.switch:
+                self.halted = True
+                if self.current is not None:
+                    _chain_dp_c.stop(self.current, True)
             self.thread.join()
             _chain_dp_c.stop(self.state, False)
             self.thread = None
@@ -1092,6 +1130,48 @@ class Ahead:
 
 _AHEAD: dict[Chain, Ahead] = {}
 """The recursions running ahead (``Ahead``), by chain."""
+
+
+def _strided_state(tables: _ChainDP, stride: int):
+    """A persistent C recursion of ``tables``' chain in which a checkpoint a_j may be stored
+    only where j % stride == stride - 1: a subset of the persistent class (every answer is a
+    schedule that fits, none cheaper than the persistent optimum), of fewer states. Its
+    segments are keyed by position (the mask breaks equal content): only those it can reach,
+    from the input or a stored a_j up to a stored a_j or the loss."""
+    n = tables.n
+    stored = np.zeros(n, dtype=np.uint8)
+    stored[stride - 1:n - 1:stride] = 1
+    starts = np.concatenate(([0], np.flatnonzero(stored) + 1))
+    tops = np.concatenate((np.flatnonzero(stored), [n - 1]))
+    first, last = np.meshgrid(starts, tops, indexing="ij")
+    reached = first <= last
+    segment = np.zeros((n, n), dtype=np.intc)
+    segment[first[reached], last[reached]] = np.arange(int(reached.sum()), dtype=np.intc)
+    return _chain_dp_c.new_state(n, *_packed(tables)[:-2], segment, int(reached.sum()), False,
+                                 stored.tobytes())
+
+
+def _strided(tables: _ChainDP, state, free_mem: float, seconds: float, stride: int,
+             threaded: bool = False) -> tuple[float, list[tuple[int, int]]] | None:
+    """(cost, forward recomputations) of the cheapest schedule of the strided recursion
+    ``state`` (``_strided_state``) within ``free_mem`` (usable), recorded for ``_fallback``
+    (``_STRIDED``); None where none fits or past ``seconds``."""
+    found = _chain_dp_c.solve(state, free_mem, INF, max(seconds, 0.0), threaded)
+    if found is None or found[1] == INF:
+        return None
+    ops: list[tuple[int, int]] = []
+    for k in range(0, len(found[3]), 3):
+        tables._sweep_ops(*found[3][k:k + 3], ops)
+    records = _kept(_STRIDED, tables.c, list)
+    records.append((free_mem, stride, ops))
+    del records[:-STRIDED_KEPT]
+    return found[0], ops
+
+
+_STRIDED: dict[Chain, list] = {}
+"""The schedules of the strided recursions (``_strided``), by chain: (usable free memory,
+stride, forward recomputations), the last ``STRIDED_KEPT``."""
+STRIDED_KEPT = 8
 
 
 def _kept_state(chain: Chain, tables: _ChainDP):
@@ -1238,14 +1318,18 @@ def _before(start: float, deadline: float | None, reserve: float) -> float | Non
 def _fallback(graph: RematGraph, chain: Chain, budget: float, start: float,
               deadline: float) -> Solution:
     """What ``solve`` returns when its time ran out before the persistent recursion finished:
-    the cheapest that fits of the least-peak persistent schedule (``least_peak_tables``) and
-    ``_Graded``'s on grids of ``GRADED_LEVELS``, twice as many, ... levels (while the last
-    run, taken 2.2 times, still ends before ``deadline``; a grid still running at
-    ``deadline`` is dropped), status "timeout" with the trivial bound (every node once); no
-    schedule if none fits."""
+    the cheapest that fits of the least-peak persistent schedule (``least_peak_tables``), the
+    strided recursions' (``STRIDES``: those ``Ahead`` recorded at this budget, else, in C,
+    run here within the time left) and ``_Graded``'s on grids of ``GRADED_LEVELS``, twice as
+    many, ... levels (while the last run, taken 2.2 times, still ends before ``deadline``; a
+    grid still running at ``deadline`` is dropped), status "timeout" with the trivial bound
+    (every node once); no schedule if none fits."""
     free_mem = float(budget) - graph.static_mem
     dp = _ChainDP(chain, extended=False)
     found = _fitting(graph, budget, dp.least_peak_ops, "least-peak")
+    for _, stride, ops in _strided_at(dp, usable(chain, free_mem), deadline):
+        found += _fitting(graph, budget, lambda out, ops=ops: out.extend(ops),
+                          f"strided-{stride}")
     took, levels = 0.0, GRADED_LEVELS
     while free_mem > 0 and time.perf_counter() + 2.2 * took < deadline:
         began = time.perf_counter()
@@ -1264,6 +1348,18 @@ def _fallback(graph: RematGraph, chain: Chain, budget: float, start: float,
                                    solve_time=time.perf_counter() - start)
     best = min(found, key=lambda sol: (sol.compute_cost, sol.peak_memory))
     return replace(best, solve_time=time.perf_counter() - start)
+
+
+def _strided_at(tables: _ChainDP, free_mem: float, deadline: float) -> list[tuple]:
+    """The strided schedules recorded at ``free_mem`` (``_STRIDED``); where there are none,
+    those of the strided recursions run now, in C, each until ``deadline``."""
+    kept = [record for record in _STRIDED.get(tables.c, ()) if record[0] == free_mem]
+    if kept or not COMPILED:
+        return kept
+    for stride in STRIDES:
+        _strided(tables, _strided_state(tables, stride), free_mem,
+                 deadline - time.perf_counter(), stride)
+    return [record for record in _STRIDED.get(tables.c, ()) if record[0] == free_mem]
 
 
 def least_peak(graph: RematGraph) -> float:
