@@ -67,7 +67,9 @@ CHAIN_DP_MAX = (512, 140_000) if COMPILED else (384, 20_000)
 linear(384) (74305 segments) takes 3-18 s, after retention, and heterogeneous linear(512)
 (131841) 12-75 s: there it gets the time retention leaves (the whole of it: auto passes its
 best schedule, ``chain_dp.FALLBACK_SHARE``), and where it does not finish, its least-peak
-schedule is what fits a budget that low, and a later call on the chain resumes the recursion;
+schedule, or a strided one (``chain_dp.STRIDES``: 1.2031 of the total cost at 10% of the
+range, where chen-sqrtn's 1.3142 was the best before), is what it returns, and a later call
+on the chain resumes the recursion;
 heterogeneous linear(320) 1.8-6.6 s; unit chains of 768 layers 0.5-1.7 s, and their
 least-peak schedule (``least_peak``, which auto records where no persistent schedule fits)
 2.0 s (6.7 s before its tables ran in C). In Python: 10-12 s on unit chains of 384 layers,

@@ -82,9 +82,10 @@ something strictly cheaper, a search that is mostly a proof and is bounded by
 s), heterogeneous linear(128) at 10% 2.2 s and at its least peak 4.2 s (Python: past 30 s),
 linear(192) at 10% 16 s (bench/results/fast_notes.md, session 16). The persistent recursion
 gets all but ``FALLBACK_SHARE`` of the limit; where it does not finish (heterogeneous chains
-of several hundred layers), ``solve`` returns the cheaper of two persistent schedules that
-fits, status "timeout": the one of least peak (``least_peak_tables``, in C: 0.2 s at 512
-layers; numpy: 0.1 s at 192 layers, 0.9 s at 384) and the recursion's on a budget grid
+of several hundred layers), ``solve`` returns the cheapest persistent schedule that fits of
+these, status "timeout": the one of least peak (``least_peak_tables``, in C: 0.2 s at 512
+layers; numpy: 0.1 s at 192 layers, 0.9 s at 384), the strided recursions' (in C, checkpoints
+only at every fourth or second layer, ``STRIDES``) and the recursion's on a budget grid
 (``_Graded``, numpy, O(n^3) per grid level: 0.5-0.8 s with 16 levels at 192 layers, 5-8 s at
 384), on as many levels as the time left allows (heterogeneous linear(192) at its least
 peak: 1.33 of the total cost, the least-peak schedule 1.90); where the caller has a schedule
@@ -146,8 +147,9 @@ STRIDES = (4, 2)
 """The strided persistent recursions (``_strided_state``: checkpoints at every fourth, then
 every second layer) that ``Ahead`` and ``_fallback`` run where the whole recursion does not
 finish: heterogeneous linear(512) at 10% of its budget range, 1.2154 / 1.2031 of the total
-cost in 1.1 / 7.3 s, against the whole recursion's 1.1850 in 66 s and the least-peak
-schedule's 2.9 (bench/results/fast_notes.md, session 21)."""
+cost in 1.1 / 7.3 s, against the whole recursion's 1.1850 in 66 s; auto returned chen-sqrtn's
+1.3142 there before (bench/results/fast_notes.md, session 21). Where nothing strided fits (a
+chain's least peak) they fail in 0.6 / 5.1 s."""
 STRIDED_SHARE = 1 / 3
 """The share of ``Ahead``'s time its strided recursions may use."""
 _SLACK = 1e-12
