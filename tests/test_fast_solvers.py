@@ -580,14 +580,21 @@ def test_the_compiled_least_peak_tables_are_numpy_s():
 
 def test_chain_dp_stops_at_its_time_limit():
     """The persistent recursion on a long heterogeneous chain (in C, 3-18 s at 384 layers; in
-    Python, 12-38 s at 192) stops at the limit and returns the least-peak persistent schedule,
-    "timeout"; a search or bound cut short is "timeout" too."""
+    Python, 12-38 s at 192) stops at the limit and returns the cheapest of its fallback
+    schedules, "timeout": in the quarter second left, the stride-4 recursion's (under 0.1 s
+    at 384 layers, 30%; on a machine too busy for it, the least-peak one); a search or bound
+    cut short is "timeout" too."""
+    from remat.solvers import chain_dp
     from remat.solvers.chain_dp import _OutOfTime, persistent_cost
 
     graph = remat.graphs.linear(384)
     budget = parse_budget("30%", graph)
     sol = solver("chain-dp")(graph, budget, SolveOptions(time_limit=1))
-    assert sol.status == "timeout" and sol.details["fallback"] == "least-peak"  # no time left
+    lowest = chain_dp._fitting(graph, budget, chain_dp._ChainDP(
+        chain_of(graph), extended=False).least_peak_ops, "least-peak")[0]
+    assert sol.status == "timeout"
+    assert sol.details["fallback"].split("-")[0] in ("strided", "least", "graded")
+    assert sol.compute_cost <= lowest.compute_cost
     assert sol.peak_memory <= budget and sol.lower_bound == graph.total_cost
     assert sol.solve_time < 10  # 1.5 s measured
     graph = remat.graphs.linear(192)
