@@ -1087,11 +1087,14 @@ class Ahead:
         start = time.perf_counter()
         cutoff = INF
         for stride in STRIDES:
-            state = self._begin(lambda: _strided_state(self.tables, stride))
-            if state is None:
-                return
-            left = start + STRIDED_SHARE * seconds - time.perf_counter()
-            found = _strided(self.tables, state, free_mem, left, stride, threaded=True)
+            try:
+                state = self._begin(lambda: _strided_state(self.tables, stride))
+                if state is None:
+                    return
+                left = start + STRIDED_SHARE * seconds - time.perf_counter()
+                found = _strided(self.tables, state, free_mem, left, stride, threaded=True)
+            except (RuntimeError, MemoryError):  # a fallback only: the whole recursion runs
+                found = None
             if found is not None:
                 cutoff = min(cutoff, found[0])
         if self._begin(lambda: self.state) is None:
