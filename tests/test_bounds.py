@@ -263,6 +263,7 @@ def test_moment_model_starts_only_with_the_time_it_needs(monkeypatch):
     graph = remat.graphs.linear(16, unit=True)
     least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
     monkeypatch.setattr(bounds, "MOMENT_SECONDS_PER_COLUMN", 1.0)  # 1056 s needed, 30 s left
+    monkeypatch.setattr(bounds, "FORCED_SECONDS_PER_COLUMN", 1.0)  # the forced ones too
     skipped = retention_bound(graph, least, time_limit=30, models=("moment",))
     assert skipped.status == "timeout" and skipped.value == graph.total_cost
     unlimited = retention_bound(graph, least, time_limit=None, models=("moment",))
@@ -270,6 +271,59 @@ def test_moment_model_starts_only_with_the_time_it_needs(monkeypatch):
     solved = retention_bound(graph, least, time_limit=30, models=("moment",))
     assert solved.status == unlimited.status == "optimal"
     assert solved.value == unlimited.value > 4 * graph.total_cost
+
+
+def test_the_forced_computations_prove_a_unit_chain_at_its_least_peak(monkeypatch):
+    """At a unit chain's least peak no activation can be kept across a stage, so the moment
+    model's rows force every computation of the optimum: the bound meets chain-dp's cost
+    with no MILP solved (HiGHS is not called), and auto proves it."""
+    from remat.solvers import bounds, highs_backend
+
+    def no_solve(*args, **kwargs):
+        raise AssertionError("HiGHS was called")
+
+    for n in (16, 64):
+        graph = remat.graphs.linear(n, unit=True)
+        least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+        cost = solver("chain-dp")(graph, least, SolveOptions(time_limit=30)).compute_cost
+        assert cost > n / 4 * graph.total_cost  # each stage rebuilds its prefix
+        monkeypatch.setattr(highs_backend, "run", no_solve)
+        found = bounds._retention(graph, least, 30.0, None, ("moment",), enough=cost)
+        monkeypatch.undo()
+        assert bounds.meets(cost, found.value) and found.value <= cost * (1 + 1e-9)
+
+
+def test_forced_columns_keep_the_optimum():
+    """Fixing what the rows force and taking the fixed columns out (``_forced``,
+    ``_without_fixed``) leaves a model whose optimum plus the price of the fixed columns is the
+    moment model's own optimum: small random DAGs and chains at tight budgets, both solved
+    to optimality."""
+    from remat.solvers import bounds, highs_backend
+
+    checked = forced_any = 0
+    graphs = [remat.graphs.random_dag(n, seed=seed) for n in (8, 12) for seed in range(3)]
+    graphs += [random_chain(n, seed) for n in (5, 8) for seed in range(2)]
+    graphs += [remat.graphs.linear(10, unit=True), remat.graphs.linear(10)]
+    for graph in graphs:
+        floor, top = bounds.peak_lower_bound(graph), checkpoint_all_peak(graph)
+        for share in (0.0, 0.05, 0.15, 0.4):
+            room = bounds.stage_room(graph, floor + share * (top - floor))
+            model = bounds._moment_model(graph, room)
+            if model is None:
+                continue
+            whole = highs_backend.run(model, time_limit=60)
+            lower, upper = bounds._forced(model)
+            assert lower.min() >= 0 and upper.max() <= 1 and (lower <= upper).all()
+            if whole.x is not None:  # the optimum keeps within the forced bounds
+                assert (whole.x >= lower - 1e-6).all() and (whole.x <= upper + 1e-6).all()
+            smaller, price = bounds._without_fixed(model, lower, upper)
+            part = highs_backend.run(smaller, time_limit=60)
+            assert whole.status == part.status == "optimal", (graph.size, share)
+            assert part.objective + price == pytest.approx(whole.objective, abs=1e-6)
+            assert bounds._may_force(graph, room) or (lower == upper).sum() == 0
+            forced_any += int((lower == upper).any())
+            checked += 1
+    assert checked > 30 and forced_any > 5
 
 
 def test_recompute_rows_prove_chain_dp_optimal():

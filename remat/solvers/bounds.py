@@ -113,6 +113,17 @@ chains at 10% of their budget range, no feasibility jump): linear(192) (147840 c
 returned after 1.2 s, linear(256) (262656) after 2.7 s, and with 1 s linear(384) (590592)
 after 7.8 s; auto's first bound, a tenth of its limit, would so run 2-7 s over."""
 
+FORCED_COLUMNS = 1_100_000
+"""The largest moment model (``moment_size``) built for the computations its rows force
+(``_forced``), solved by HiGHS only where what is left of it is within ``MOMENT_COLUMNS``
+(``MOMENT_CHAIN_COLUMNS``): linear(512, unit) (1049600) at its least peak, where the forced
+computations are the optimum, 128.13 of the total cost, in 3.7 s (build 0.8 s; the solve of
+the whole model took 35 s and 3.1 GB; bench/results/fast_notes.md, session 21)."""
+
+FORCED_SECONDS_PER_COLUMN = 4e-6
+"""The least time left, per column, in which the forced computations are looked for (3.7 s
+for 1047553 columns above)."""
+
 RECOMPUTE_COLUMNS = 5_000
 """The largest graph (``moment_size``) on which the moment model with recomputation rows
 (``_recompute_rows``) is solved. They multiply its columns by 3.5 and leave its LP relaxation
@@ -215,11 +226,27 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             break
         if name == "moment":
             cap = MOMENT_CHAIN_COLUMNS if graph.is_chain else MOMENT_COLUMNS
-            if size <= cap and left is not None and left < size * MOMENT_SECONDS_PER_COLUMN:
+            forcing = size <= FORCED_COLUMNS and _may_force(graph, room)
+            if size > cap and not forcing:
+                continue  # too large
+            if left is not None and left < size * (FORCED_SECONDS_PER_COLUMN if forcing else
+                                                   MOMENT_SECONDS_PER_COLUMN):
                 status = "timeout"  # it would not stop in time: a later call with more time
                 continue
-            model = _moment_model(graph, room) if size <= cap else None
-            offset, gap_columns = total, None
+            model, forced = _forced_moment(graph, room) if forcing else \
+                (_moment_model(graph, room), 0.0)
+            if forcing and model is not None:  # the price of the computations it forces
+                value = max(value, _safe(graph, total + forced + _least_price(model)))
+                if enough is not None and meets(enough, value):
+                    break  # they are the optimum
+                left = None if time_limit is None else time_limit - (time.perf_counter() - start)
+                size_left = len(model["cost"])
+                if size_left > cap:
+                    continue
+                if left is not None and left < size_left * MOMENT_SECONDS_PER_COLUMN:
+                    status = "timeout"
+                    continue
+            offset, gap_columns = total + forced, None
         elif name == "recompute":
             if size > RECOMPUTE_COLUMNS:
                 continue
@@ -473,6 +500,28 @@ def _moment_model(graph: RematGraph, room: np.ndarray, free: float | None = None
     return _moment_rows(graph, room, horizon, free)
 
 
+def _may_force(graph: RematGraph, room: np.ndarray) -> bool:
+    """Whether the moment model's rows can force anything (``_forced``): only where some
+    tracked value is larger than the room of a stage it spans (its ``y`` column there is 0;
+    with none, no row forces a first column). A quick test, so that the model is not built
+    for nothing (linear(512) at 10% of its range: 1047553 columns, 2.8 s)."""
+    return any(graph.mem[v] > room[v + 1:until + 1].min()
+               for v, until in _spans(graph).items() if until > v)
+
+
+def _forced_moment(graph: RematGraph, room: np.ndarray) -> tuple[dict | None, float]:
+    """The moment model less the columns its rows fix (``_forced``, ``_without_fixed``), and
+    the price of those fixed (the computations it forces); None and 0 where it tracks no
+    value."""
+    model = _moment_model(graph, room)
+    if model is None:
+        return None, 0.0
+    lower, upper = _forced(model)
+    if not (lower == upper).any():
+        return model, 0.0
+    return _without_fixed(model, lower, upper)
+
+
 def _moment_rows(graph: RematGraph, room: np.ndarray, horizon: dict[int, int],
                  free: float | None) -> dict:
     """``_moment_model`` in Python loops, one column and row at a time (with ``free``; without
@@ -689,6 +738,100 @@ def _pending(graph: RematGraph, model: "_Model", kept: dict, again: dict, t: int
         model.row(cols, vals, 0.0)
         after = v
     return waits, pending
+
+
+FORCED_TOLERANCE = 1e-9
+"""Relative margin by which a row must be out of reach before ``_forced`` fixes a column
+(float sums of byte sizes): a fixing it is not sure of is not made."""
+
+
+def _forced(model: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The bounds of the 0/1 columns of ``model`` that its rows force (bound propagation, as
+    a MIP presolve does; HiGHS's own runs off, ``highs_backend.run``): a column goes to 1
+    where its row cannot reach its lower bound without it, to 0 where it alone would take its
+    row past a bound, each with a margin (``FORCED_TOLERANCE``); then the rows of the columns
+    fixed are looked at again, until nothing changes. Every solution of the model keeps
+    within the bounds returned, so its least price is at least that of the columns fixed
+    (``_least_price`` of the model without them, ``_without_fixed``, plus their price). In the moment model the cascades of a tight budget come out this way:
+    a value too large to keep across a stage is computed again in each stage that reads it
+    after, and so are its inputs; at a unit chain's least peak that is the whole optimum.
+    (lower, upper); the model's own where a column is not 0/1."""
+    lower = model["col_lower"].astype(float).copy()
+    upper = model["col_upper"].astype(float).copy()
+    if not (model["integrality"].all() and (lower == 0).all() and (upper == 1).all()):
+        return lower, upper
+    by_row = model["matrix"].tocsr()
+    by_column = model["matrix"].tocsc()
+    has_lower, has_upper = np.isfinite(model["row_lower"]), np.isfinite(model["row_upper"])
+    rows = np.arange(by_row.shape[0])
+    while len(rows):
+        ones, zeros = _propagate(by_row, model["row_lower"], model["row_upper"], rows, lower,
+                                 upper)
+        if (lower > upper).any():  # every schedule is a solution and the all-rebuild one fits
+            raise AssertionError("retention bound: the moment model's rows contradict")
+        # again only the rows a fixing can tighten: a column up to 1 raises the least
+        # activity of its rows (a > 0), down to 0 lowers the most (a > 0)
+        rows = []
+        for changed, raised in ((ones, True), (zeros, False)):
+            at = _spread(by_column.indptr, changed)
+            row, positive = by_column.indices[at], by_column.data[at] > 0
+            tighter = np.where(positive == raised, has_upper[row], has_lower[row])
+            rows.append(row[tighter])
+        rows = np.unique(np.concatenate(rows))
+    return lower, upper
+
+
+def _spread(indptr: np.ndarray, picked: np.ndarray) -> np.ndarray:
+    """The positions of the entries of the ``picked`` rows (CSR) or columns (CSC)."""
+    starts, ends = indptr[picked], indptr[picked + 1]
+    counts = ends - starts
+    return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+
+
+def _propagate(by_row, row_lower: np.ndarray, row_upper: np.ndarray, rows: np.ndarray,
+               lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """One round of ``_forced`` over ``rows``: fixes columns in ``lower``/``upper`` in place;
+    returns the columns it fixed (to 1, to 0)."""
+    at = _spread(by_row.indptr, rows)
+    row = np.repeat(np.arange(len(rows)), by_row.indptr[rows + 1] - by_row.indptr[rows])
+    col, a = by_row.indices[at], by_row.data[at]
+    low, high = np.minimum(a * lower[col], a * upper[col]), np.maximum(a * lower[col],
+                                                                        a * upper[col])
+    least = np.bincount(row, low, len(rows))[row] - low  # the other entries' activity
+    most = np.bincount(row, high, len(rows))[row] - high
+    floor, ceiling = row_lower[rows][row], row_upper[rows][row]
+    with np.errstate(invalid="ignore"):  # inf - inf where a row has no such bound
+        need = floor - most  # a * x must reach it
+        room = ceiling - least  # a * x must stay within it
+        margin_low = FORCED_TOLERANCE * np.maximum(1.0, np.abs(floor))
+        margin_high = FORCED_TOLERANCE * np.maximum(1.0, np.abs(ceiling))
+        ones = ((a > 0) & (need > margin_low)) | ((a < 0) & (room < -margin_high))
+        zeros = ((a > 0) & (a > room + margin_high)) | ((a < 0) & (need > a + margin_low))
+    ones &= lower[col] < 1
+    zeros &= upper[col] > 0
+    lower[col[ones]] = 1.0
+    upper[col[zeros]] = 0.0
+    return np.unique(col[ones]), np.unique(col[zeros])
+
+
+def _least_price(model: dict) -> float:
+    """The least price of the model's columns within their bounds, each alone."""
+    cost = model["cost"]
+    return float(np.minimum(cost * model["col_lower"], cost * model["col_upper"]).sum())
+
+
+def _without_fixed(model: dict, lower: np.ndarray, upper: np.ndarray) -> tuple[dict, float]:
+    """``model`` with its fixed columns (lower == upper) taken out and their entries moved
+    into the row bounds: (the smaller model, the price of the fixed columns). Its optimum
+    plus that price is the optimum of ``model`` within the bounds."""
+    fixed = lower == upper
+    free = ~fixed
+    matrix = model["matrix"].tocsc()
+    moved = matrix[:, fixed] @ lower[fixed]
+    return dict(matrix=matrix[:, free], row_lower=model["row_lower"] - moved,
+                row_upper=model["row_upper"] - moved, col_lower=lower[free],
+                col_upper=upper[free], cost=model["cost"][free],
+                integrality=model["integrality"][free]), float(model["cost"][fixed] @ lower[fixed])
 
 
 class _Model:
