@@ -32,7 +32,10 @@ rebuild needs in turn; each model is solved in the time left and the best bound 
 Gaps charge one computation per dropped gap; a cascade (a chain at a tight budget rebuilds
 the same checkpoint several times within one gap) costs more. The moment model
 (``_moment_model``, up to ``MOMENT_COLUMNS`` columns) charges every computation: per value
-and stage, kept into the next stage or not, computed again in that stage or not. These
+and stage, kept into the next stage or not, computed again in that stage or not; before it is
+solved, what its rows force is fixed (``_forced``, bound propagation, up to
+``FORCED_COLUMNS``), and the price of the computations forced is a bound by itself (at a unit
+chain's least peak, the optimum). These
 ignore the memory at the moment of a recomputation; the last model, the moment model with
 ``_recompute_rows``, counts it, but is slow and runs only on small graphs where a caller
 holds a schedule the others do not meet (chain-dp at tight budgets). The gap models are
