@@ -293,6 +293,27 @@ def test_the_forced_computations_prove_a_unit_chain_at_its_least_peak(monkeypatc
         assert bounds.meets(cost, found.value) and found.value <= cost * (1 + 1e-9)
 
 
+def test_chain_dp_proves_a_unit_least_peak_before_searching_its_class(monkeypatch):
+    """chain-dp's first bound gets the time the forced computations need (``forcing_time``):
+    on linear(256, unit) at its least peak (262656 columns, about 1.05 s at
+    ``FORCED_SECONDS_PER_COLUMN``; a tenth of the 10 s limit is 1 s) it proves the persistent
+    schedule optimal, and the full class is never searched."""
+    from remat.solvers import bounds, chain_dp
+
+    graph = remat.graphs.linear(256, unit=True)
+    least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+    assert bounds.forcing_time(graph, least) > bounds.bound_time(10.0)
+    bounds.forget_bounds(graph)
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("the full class was searched")
+
+    monkeypatch.setattr(chain_dp, "search_below", no_search)
+    sol = solver("chain-dp")(graph, least, SolveOptions(time_limit=10.0))
+    assert sol.status == "optimal" and sol.compute_cost > 60 * graph.total_cost
+    assert bounds.forcing_time(graph, least + 0.3 * (checkpoint_all_peak(graph) - least)) == 0
+
+
 def test_forced_columns_keep_the_optimum():
     """Fixing what the rows force and taking the fixed columns out (``_forced``,
     ``_without_fixed``) leaves a model whose optimum plus the price of the fixed columns is the

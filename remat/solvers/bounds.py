@@ -512,6 +512,17 @@ def _may_force(graph: RematGraph, room: np.ndarray) -> bool:
                for v, until in _spans(graph).items() if until > v)
 
 
+def forcing_time(graph: RematGraph, budget: float) -> float:
+    """The seconds ``retention_bound`` needs at ``budget`` for the computations its moment
+    model forces (``FORCED_SECONDS_PER_COLUMN`` per column), 0 where it would not look for
+    them: a caller whose cost they may meet (chain-dp at a unit chain's least peak) gives its
+    first bound that much more."""
+    size, room = moment_size(graph), stage_room(graph, budget)
+    if size > FORCED_COLUMNS or (room < 0).any() or not _may_force(graph, room):
+        return 0.0
+    return size * FORCED_SECONDS_PER_COLUMN
+
+
 def _forced_moment(graph: RematGraph, room: np.ndarray) -> tuple[dict | None, float]:
     """The moment model less the columns its rows fix (``_forced``, ``_without_fixed``), and
     the price of those fixed (the computations it forces); None and 0 where it tracks no
