@@ -244,7 +244,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
                     break  # they are the optimum
                 left = None if time_limit is None else time_limit - (time.perf_counter() - start)
                 size_left = len(model["cost"])
-                if size_left > cap:
+                if size_left > cap or size_left == 0:  # too large, or solved by the fixing
                     continue
                 if left is not None and left < size_left * MOMENT_SECONDS_PER_COLUMN:
                     status = "timeout"

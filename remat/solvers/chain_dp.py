@@ -1376,8 +1376,11 @@ def _strided_at(tables: _ChainDP, free_mem: float, deadline: float) -> list[tupl
     if kept or not COMPILED:
         return kept
     for stride in STRIDES:
-        _strided(tables, _strided_state(tables, stride), free_mem,
-                 deadline - time.perf_counter(), stride)
+        try:
+            _strided(tables, _strided_state(tables, stride), free_mem,
+                     deadline - time.perf_counter(), stride)
+        except (RuntimeError, MemoryError):  # a fallback among others: the rest still run
+            break
     return [record for record in _STRIDED.get(tables.c, ()) if record[0] == free_mem]
 
 
