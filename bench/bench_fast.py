@@ -5,6 +5,8 @@
     PYTHONPATH=. python bench/bench_fast.py dags [--time-limit 30] [-o bench/results/fast_dags]
     PYTHONPATH=. python bench/bench_fast.py sweep [--sizes 128,256,384] [--time-limit 60]
         [-o bench/results/fast_sweep]
+    PYTHONPATH=. python bench/bench_fast.py strided [--sizes 384,512] [--time-limit 60]
+        [-o bench/results/fast_strided]
 
 ``chains``: for every chain ``remat.graphs.linear(n, unit)`` and budget (fractions of the range
 from the smallest feasible budget to the checkpoint-all peak), runs ``chain-dp`` (exact),
@@ -16,6 +18,10 @@ budgets above the exact smallest one. ``sweep``: chain-dp's persistent recursion
 whose states are kept per chain; no bound) over a sweep of budgets of each chain (``SWEEP``,
 from the largest down), cold (the kept states dropped before each budget) and warm (kept
 across the sweep, as in a user's sweep), down and up; ``--time-limit`` per budget.
+``strided``: on heterogeneous chains, the persistent recursion with checkpoints only at every
+fourth or second layer (``chain_dp.STRIDES``, chain-dp's fallback) against the whole one, each
+cold, at 0, 10 and 30% of the budget range (costs as multiples of the total cost);
+``--time-limit`` per solve.
 Rows (graph, budget, method) go to CSV and JSON as they come: solve time, cost, proven bound,
 gap, and the time ratio to the reference method. Timings are wall clock on a shared machine:
 noisy.
@@ -109,6 +115,46 @@ def run_sweep(sizes, limit, stem, log=sys.stderr) -> list[dict]:
     return rows
 
 
+def run_strided(sizes, limit, stem, log=sys.stderr) -> list[dict]:
+    from remat.solvers import chain_dp
+
+    rows: list[dict] = []
+    for n in sizes:
+        graph = remat.graphs.linear(n)
+        name, chain = f"linear{n}", chain_of(graph)
+        tables = chain_dp._ChainDP(chain, extended=False)
+        least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+        peak = checkpoint_all_peak(graph)
+        for fraction in (0.0, 0.1, 0.3):
+            budget = least + fraction * (peak - least)
+            free = chain_dp.usable(chain, budget - graph.static_mem)
+            for stride in chain_dp.STRIDES + (1,):
+                forget_states()
+                start = time.perf_counter()
+                try:
+                    if stride == 1:
+                        cost, status = persistent_cost(chain, free, start + limit)[0], "optimum"
+                    else:
+                        found = chain_dp._strided(tables, chain_dp._strided_state(tables, stride),
+                                                  free, limit, stride)
+                        cost = None if found is None else found[0]
+                        status = "no schedule" if found is None else "schedule"
+                except _OutOfTime:
+                    cost, status = None, "timeout"
+                wall = time.perf_counter() - start
+                if stride != 1 and cost is None and wall >= limit:
+                    status = "timeout"
+                method = "persistent whole" if stride == 1 else f"persistent stride {stride}"
+                rows.append(dict(graph=name, n=n, unit=False, T=graph.size,
+                                 budget_fraction=fraction, budget_bytes=budget, method=method,
+                                 status=status,
+                                 cost=None if cost is None else cost / graph.total_cost,
+                                 lower_bound=None, gap=None, solve_time=round(wall, 4)))
+                report(rows, stem, "persistent whole", log)
+    forget_states()
+    return rows
+
+
 def run_one(method, graph, budget, limit):
     """One method's solution; each proves its own bound (the graph's cached bounds are
     dropped first, and chain-dp's kept recursions). chain-dp: the limit bounds its search of
@@ -186,7 +232,7 @@ def write(rows: list[dict], stem: str, command: str) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("suite", choices=("chains", "dags", "sweep"))
+    p.add_argument("suite", choices=("chains", "dags", "sweep", "strided"))
     p.add_argument("--sizes", default="8,16,32,64,128,256")
     p.add_argument("--milp-max-n", type=int, default=16)
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per milp/cpsat solve")
@@ -198,6 +244,8 @@ def main(argv=None) -> int:
         run_chains(sizes, args.milp_max_n, args.time_limit, stem)
     elif args.suite == "sweep":
         run_sweep(sizes, args.time_limit, stem)
+    elif args.suite == "strided":
+        run_strided(sizes, args.time_limit, stem)
     else:
         run_dags(args.time_limit, stem)
     print(f"wrote {stem}.csv and .json", file=sys.stderr)

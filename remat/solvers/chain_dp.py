@@ -147,9 +147,10 @@ STRIDES = (4, 2)
 """The strided persistent recursions (``_strided_state``: checkpoints at every fourth, then
 every second layer) that ``Ahead`` and ``_fallback`` run where the whole recursion does not
 finish: heterogeneous linear(512) at 10% of its budget range, 1.2154 / 1.2031 of the total
-cost in 1.1 / 7.3 s, against the whole recursion's 1.1850 in 66 s; auto returned chen-sqrtn's
-1.3142 there before (bench/results/fast_notes.md, session 21). Where nothing strided fits (a
-chain's least peak) they fail in 0.6 / 5.1 s."""
+cost in 0.9 / 6.3 s, where the whole recursion is not done in 60 s (1.1850 in 66 s, session
+17); auto returned chen-sqrtn's 1.3142 there before. Where nothing strided fits (a chain's
+least peak) they fail in 0.5 / 4.9 s (``python bench/bench_fast.py strided``,
+bench/results/fast_strided.csv)."""
 STRIDED_SHARE = 1 / 3
 """The share of ``Ahead``'s time its strided recursions may use."""
 _SLACK = 1e-12
