@@ -120,12 +120,14 @@ FORCED_COLUMNS = 1_100_000
 """The largest moment model (``moment_size``) built for the computations its rows force
 (``_forced``), solved by HiGHS only where what is left of it is within ``MOMENT_COLUMNS``
 (``MOMENT_CHAIN_COLUMNS``): linear(512, unit) (1049600) at its least peak, where the forced
-computations are the optimum, 128.13 of the total cost, in 3.7 s (build 0.8 s; the solve of
-the whole model took 35 s and 3.1 GB; bench/results/fast_notes.md, session 21)."""
+computations are the optimum, 128.13 of the total cost, in 2.8 s (0.6 s to build, 2.2 s to
+propagate; the solve of the whole model took 35 s and 3.1 GB; bench/results/fast_notes.md,
+session 21)."""
 
 FORCED_SECONDS_PER_COLUMN = 4e-6
-"""The least time left, per column, in which the forced computations are looked for (3.7 s
-for 1047553 columns above)."""
+"""The least time left, per column, in which the forced computations are looked for (2.8 s
+for the 1047553 columns above; 3.7 s before the rows were looked at again only where a
+fixing can tighten them)."""
 
 RECOMPUTE_COLUMNS = 5_000
 """The largest graph (``moment_size``) on which the moment model with recomputation rows
@@ -222,14 +224,18 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
     value, status, kept, skipped = total, "optimal", None, False
     size = moment_size(graph) if {"moment", "recompute"} & set(models) else 0
     solved: set[tuple[int, bool]] = set()  # what each gap model solved added to the first
+
+    def time_left() -> float | None:
+        return None if time_limit is None else time_limit - (time.perf_counter() - start)
+
     for name in models:
-        left = None if time_limit is None else time_limit - (time.perf_counter() - start)
+        left = time_left()
         if left is not None and left <= 0:
             status = "timeout"  # a later call with more time solves the rest
             break
         if name == "moment":
             cap = MOMENT_CHAIN_COLUMNS if graph.is_chain else MOMENT_COLUMNS
-            forcing = size <= FORCED_COLUMNS and _may_force(graph, room)
+            forcing = _forces(graph, room, size)
             if size > cap and not forcing:
                 continue  # too large
             if left is not None and left < size * (FORCED_SECONDS_PER_COLUMN if forcing else
@@ -242,7 +248,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
                 value = max(value, _safe(graph, total + forced + _least_price(model)))
                 if enough is not None and meets(enough, value):
                     break  # they are the optimum
-                left = None if time_limit is None else time_limit - (time.perf_counter() - start)
+                left = time_left()
                 size_left = len(model["cost"])
                 if size_left > cap or size_left == 0:  # too large, or solved by the fixing
                     continue
@@ -503,6 +509,12 @@ def _moment_model(graph: RematGraph, room: np.ndarray, free: float | None = None
     return _moment_rows(graph, room, horizon, free)
 
 
+def _forces(graph: RematGraph, room: np.ndarray, size: int) -> bool:
+    """Whether ``retention_bound`` looks for the computations the moment model (``size``
+    columns, ``moment_size``) forces: up to ``FORCED_COLUMNS``, where it can force any."""
+    return size <= FORCED_COLUMNS and _may_force(graph, room)
+
+
 def _may_force(graph: RematGraph, room: np.ndarray) -> bool:
     """Whether the moment model's rows can force anything (``_forced``): only where some
     tracked value is larger than the room of a stage it spans (its ``y`` column there is 0;
@@ -518,7 +530,7 @@ def forcing_time(graph: RematGraph, budget: float) -> float:
     them: a caller whose cost they may meet (chain-dp at a unit chain's least peak) gives its
     first bound that much more."""
     size, room = moment_size(graph), stage_room(graph, budget)
-    if size > FORCED_COLUMNS or (room < 0).any() or not _may_force(graph, room):
+    if (room < 0).any() or not _forces(graph, room, size):  # no bound model runs, or not it
         return 0.0
     return size * FORCED_SECONDS_PER_COLUMN
 
@@ -765,10 +777,11 @@ def _forced(model: dict) -> tuple[np.ndarray, np.ndarray]:
     where its row cannot reach its lower bound without it, to 0 where it alone would take its
     row past a bound, each with a margin (``FORCED_TOLERANCE``); then the rows of the columns
     fixed are looked at again, until nothing changes. Every solution of the model keeps
-    within the bounds returned, so its least price is at least that of the columns fixed
-    (``_least_price`` of the model without them, ``_without_fixed``, plus their price). In the moment model the cascades of a tight budget come out this way:
-    a value too large to keep across a stage is computed again in each stage that reads it
-    after, and so are its inputs; at a unit chain's least peak that is the whole optimum.
+    within the bounds returned, so its least price is at least the price of the columns fixed
+    plus the ``_least_price`` of the model without them (``_without_fixed``). In the moment
+    model the cascades of a tight budget come out this way: a value too large to keep across
+    a stage is computed again in each stage that reads it after, and so are its inputs; at a
+    unit chain's least peak that is the whole optimum.
     (lower, upper); the model's own where a column is not 0/1."""
     lower = model["col_lower"].astype(float).copy()
     upper = model["col_upper"].astype(float).copy()
@@ -803,7 +816,7 @@ def _spread(indptr: np.ndarray, picked: np.ndarray) -> np.ndarray:
 
 
 def _propagate(by_row, row_lower: np.ndarray, row_upper: np.ndarray, rows: np.ndarray,
-               lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+               lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One round of ``_forced`` over ``rows``: fixes columns in ``lower``/``upper`` in place;
     returns the columns it fixed (to 1, to 0)."""
     at = _spread(by_row.indptr, rows)

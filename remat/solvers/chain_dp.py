@@ -109,6 +109,7 @@ as the simulator counts it.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import sys
@@ -1086,18 +1087,8 @@ class Ahead:
 
     def _run(self, free_mem: float, seconds: float) -> None:
         start = time.perf_counter()
-        cutoff = INF
-        for stride in STRIDES:
-            try:
-                state = self._begin(lambda: _strided_state(self.tables, stride))
-                if state is None:
-                    return
-                left = start + STRIDED_SHARE * seconds - time.perf_counter()
-                found = _strided(self.tables, state, free_mem, left, stride, threaded=True)
-            except (RuntimeError, MemoryError):  # a fallback only: the whole recursion runs
-                found = None
-            if found is not None:
-                cutoff = min(cutoff, found[0])
+        cutoff = _strided_passes(self.tables, free_mem, start + STRIDED_SHARE * seconds,
+                                 self._begin)
         if self._begin(lambda: self.state) is None:
             return
         try:
@@ -1155,6 +1146,27 @@ def _strided_state(tables: _ChainDP, stride: int):
     segment[first[reached], last[reached]] = np.arange(int(reached.sum()), dtype=np.intc)
     return _chain_dp_c.new_state(n, *_packed(tables)[:-2], segment, int(reached.sum()), False,
                                  stored.tobytes())
+
+
+def _strided_passes(tables: _ChainDP, free_mem: float, deadline: float, begin=None) -> float:
+    """The strided recursions of ``STRIDES`` in turn, each until ``deadline`` and recorded
+    (``_strided``); the least cost found (inf if none). ``begin``: ``Ahead._begin`` (its
+    thread: the recursions run without the GIL and stop when it is stopped), else they run
+    here. A failing one (memory, a C state error) is skipped: these are fallbacks."""
+    least = INF
+    for stride in STRIDES:
+        try:
+            make = functools.partial(_strided_state, tables, stride)
+            state = make() if begin is None else begin(make)
+            if state is None:  # stopped
+                break
+            found = _strided(tables, state, free_mem, deadline - time.perf_counter(), stride,
+                             threaded=begin is not None)
+        except (RuntimeError, MemoryError):
+            continue
+        if found is not None:
+            least = min(least, found[0])
+    return least
 
 
 def _strided(tables: _ChainDP, state, free_mem: float, seconds: float, stride: int,
@@ -1376,12 +1388,7 @@ def _strided_at(tables: _ChainDP, free_mem: float, deadline: float) -> list[tupl
     kept = [record for record in _STRIDED.get(tables.c, ()) if record[0] == free_mem]
     if kept or not COMPILED:
         return kept
-    for stride in STRIDES:
-        try:
-            _strided(tables, _strided_state(tables, stride), free_mem,
-                     deadline - time.perf_counter(), stride)
-        except (RuntimeError, MemoryError):  # a fallback among others: the rest still run
-            break
+    _strided_passes(tables, free_mem, deadline)
     return [record for record in _STRIDED.get(tables.c, ()) if record[0] == free_mem]
 
 
