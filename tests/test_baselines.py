@@ -11,7 +11,7 @@ import remat
 from remat.schedule import checkpoint_all, checkpoint_all_peak, parse_budget, simulate
 from remat.solvers import SolveOptions, solver
 from remat.solvers.base import CLASSIC, method_applies
-from remat.solvers.griewank import _split_table, adjoint_order, chain_schedule, forward_steps
+from remat.solvers.griewank import _split, _steps, adjoint_order, chain_schedule, forward_steps
 
 import cases
 
@@ -140,11 +140,23 @@ def test_revolve_known_values(length, slots):
     assert forward_steps(length, slots) == KNOWN[(length, slots)]
 
 
-def test_dynamic_program_matches_closed_form():
-    cost, _ = _split_table(40, 8)
+def test_closed_form_solves_the_recursion():
+    """p(1, s) = 0, p(l, 1) = l(l-1)/2 and p(l, s) = min_j j + p(l-j, s-1) + p(j, s): the closed
+    form is the recursion's solution, so the splits taken from it (``_split``) are its own."""
+    lengths = np.arange(1, 41)
+    for slots in range(1, 9):
+        assert _steps(lengths, slots).tolist() == [forward_steps(l, slots) for l in lengths]
     for length in range(1, 41):
-        for slots in range(1, 9):
-            assert cost[length, slots] == forward_steps(length, slots), (length, slots)
+        assert forward_steps(length, 1) == length * (length - 1) // 2
+        for slots in range(2, 9):
+            if length == 1:
+                assert forward_steps(1, slots) == 0
+                continue
+            j = _split(length, slots)
+            best = min(i + forward_steps(length - i, slots - 1) + forward_steps(i, slots)
+                       for i in range(1, length))
+            assert j + forward_steps(length - j, slots - 1) + forward_steps(j, slots) == best
+            assert forward_steps(length, slots) == best, (length, slots)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13, 21])
@@ -162,6 +174,30 @@ def test_griewank_uses_less_memory_with_fewer_slots():
     peaks = [simulate(graph, *chain_schedule(graph, s)).peak_memory for s in (1, 2, 3, 5)]
     costs = [simulate(graph, *chain_schedule(graph, s)).compute_cost for s in (1, 2, 3, 5)]
     assert peaks == sorted(peaks) and costs == sorted(costs, reverse=True)
+
+
+@pytest.mark.parametrize("n, unit", [(13, True), (40, True), (40, False)])
+def test_griewank_finds_the_cheapest_slot_count_that_fits(n, unit):
+    """The bisection over slot counts (and the counts next to its answer) returns what trying
+    every count returns: the cheapest schedule that fits, and the least peak where none does."""
+    graph = remat.graphs.linear(n, unit=unit)
+    sims = [simulate(graph, *chain_schedule(graph, s)) for s in range(1, n)]
+    least = min(sim.peak_memory for sim in sims)
+    for fraction in (0.0, 0.05, 0.2, 0.5, 1.0):
+        budget = least + fraction * (checkpoint_all_peak(graph) - least)
+        sol = solver("griewank")(graph, budget, SolveOptions())
+        fitting = [sim.compute_cost for sim in sims if sim.peak_memory <= budget]
+        assert sol.feasible and sol.compute_cost == min(fitting), (n, unit, fraction)
+        assert sol.peak_memory <= budget
+    below = solver("griewank")(graph, least - 1, SolveOptions())
+    assert not below.feasible and below.min_budget == least
+
+
+def test_revolve_order_of_a_long_chain_with_many_slots():
+    """The reversal keeps its own stack: with n - 1 slots on 1500 steps it goes 1500 deep."""
+    groups = adjoint_order(1500, 1499)
+    assert [step for _, step in groups] == list(range(1500, 0, -1))
+    assert sum(len(advances) for advances, _ in groups) == 1499  # each step once, no repeats
 
 
 # ----- the torch-free core needs no torch ------------------------------------------------------

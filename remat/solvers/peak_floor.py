@@ -147,6 +147,9 @@ def _search(graph: RematGraph, time_limit: float | None) -> PeakFloor:
             if time.perf_counter() >= deadline:
                 cut += todo[k + 1:]
                 break
+        if time.perf_counter() >= deadline:
+            todo = cut  # no next pass: leave the sort below (O(n) per value) undone
+            break
         # only the largest F counts: a value some path keeps at or below it is done
         most = max(floor, default=0.0)
         todo = sorted((t for t in cut if _upper(t, mem, own, inputs) > most),
