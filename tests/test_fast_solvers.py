@@ -704,7 +704,8 @@ def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkey
     checkpoint-all (before the slower baselines), and chain-dp, last, gets all that is left (a
     fake clock: each method uses all it is given); griewank does not run. On unit
     linear(192) chain-dp runs first (where it proves, the baselines never run). Past
-    ``CHAIN_DP_MAX`` layers there is no chain-dp."""
+    ``CHAIN_DP_MAX`` layers there is no chain-dp (retention still goes early), but on chains of
+    few kinds of layer (``LONG_CHAIN``)."""
     from types import SimpleNamespace
 
     from remat.solvers import auto
@@ -716,6 +717,12 @@ def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkey
     assert auto.candidate_methods(remat.graphs.linear(192, unit=True))[:2] == \
         ["chain-dp", "checkpoint-all"]
     longest = auto.CHAIN_DP_MAX[0]
+    beyond = auto.candidate_methods(remat.graphs.linear(longest + 1))
+    assert "chain-dp" not in beyond and beyond[:2] == ["checkpoint-all", "retention"]
+    if auto.COMPILED:  # few kinds of layer: chain-dp, first, up to LONG_CHAIN layers
+        assert auto.candidate_methods(remat.graphs.linear(longest + 88, unit=True))[0] == \
+            "chain-dp"
+    longest = max(longest, auto.LONG_CHAIN[0])
     assert "chain-dp" not in auto.candidate_methods(remat.graphs.linear(longest + 1, unit=True))
     clock, given = [0.0], {}
     stand_in = solver("chen-sqrtn")(graph, parse_budget("60%", graph), SolveOptions())

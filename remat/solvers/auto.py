@@ -74,6 +74,13 @@ heterogeneous linear(320) 1.8-6.6 s; unit chains of 768 layers 0.5-1.7 s, and th
 least-peak schedule (``least_peak``, which auto records where no persistent schedule fits)
 2.0 s (6.7 s before its tables ran in C). In Python: 10-12 s on unit chains of 384 layers,
 26 s to over 30 s at 512, 59-95 s on heterogeneous linear(256) (33153 segments)."""
+LONG_CHAIN = (1024 if COMPILED else 0, 4)
+"""(layers, kinds): past ``CHAIN_DP_MAX`` layers, chain-dp still runs (first, in C) on
+chains of up to this many layers with at most this many different layers (``_layer_kinds``:
+a unit chain has 1), whose DP has few segments (3n on unit chains). linear(1024, unit):
+chain-dp alone proves 10 / 30 / 60% of the budget range in 7.2 / 3.4 / 1.7 s, where auto
+without it returned chen-greedy's schedule after 32 s (0.3-4.2% above its bound); at 2048
+layers the least-peak record alone takes 34 s and chain-dp's recursion times out at 30%."""
 BEFORE_BOUND = CLASSIC + ("chain-dp",)
 """The methods auto runs before proving its own bound: the classic baselines take
 milliseconds, and chain-dp proves its own, stopping as soon as it meets its cost (auto's, with
@@ -111,9 +118,11 @@ def _methods(graph: RematGraph, after: bool | None) -> list[str]:
     methods = applicable(graph, BASELINES)
     if after is not None:  # Revolve's schedules are in chain-dp's persistent class
         methods = [m for m in methods if m != "griewank"]
-    if after:  # retention proves them optimal where they are not tight: before the baselines
+    if after or (after is None and graph.is_chain):
+        # retention proves chains optimal where they are not tight: before the baselines
         methods.remove("retention")
         methods.insert(methods.index("checkpoint-all") + 1, "retention")
+    if after:
         methods.append("chain-dp")
     elif after is not None:  # first where quick: where it proves, nothing else runs
         methods.insert(0, "chain-dp")
@@ -129,15 +138,26 @@ def _chain_dp_order(graph: RematGraph) -> tuple[bool | None, bool]:
     recursion takes seconds (``CHAIN_DP_FIRST``), after it (True) up to ``CHAIN_DP_MAX``, not
     at all (None) beyond or on other graphs; and whether retention gets its short try before
     chain-dp first (``RETENTION_TRY``). Segments are counted once, and only below the layer
-    cap (the count builds O(n^2) tables; 2-7 ms at 256-512 layers once they are cached)."""
+    cap or on long chains of few kinds of layer (``LONG_CHAIN``; the count builds O(n^2)
+    tables: 2-7 ms at 256-512 layers once they are cached, 0.75 / 1.0 s at 1024 layers, unit /
+    heterogeneous, cold)."""
     if not method_applies("chain-dp", graph):
         return None, False
-    layers = len(graph.forward_nodes) - 1
-    segments = distinct_segments(chain_of(graph)) if layers <= CHAIN_DP_MAX[0] else math.inf
+    layers, chain = len(graph.forward_nodes) - 1, chain_of(graph)
+    short = layers <= CHAIN_DP_MAX[0] or (layers <= LONG_CHAIN[0]
+                                          and _layer_kinds(chain) <= LONG_CHAIN[1])
+    segments = distinct_segments(chain) if short else math.inf
     if segments > CHAIN_DP_MAX[1]:
         return None, False
-    after = layers > CHAIN_DP_FIRST[0] or segments > CHAIN_DP_FIRST[1]
+    after = CHAIN_DP_FIRST[0] < layers <= CHAIN_DP_MAX[0] or segments > CHAIN_DP_FIRST[1]
     return after, not after and segments > RETENTION_TRY[0]
+
+
+def _layer_kinds(chain) -> int:
+    """How many different layers (costs, sizes, workspaces) the chain has: O(n), where the
+    segment count is O(n^2)."""
+    return len(set(zip(chain.fwd_cost, chain.fwd_mem, chain.bwd_cost, chain.grad_mem,
+                       chain.fwd_ws, chain.bwd_ws)))
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
@@ -317,10 +337,13 @@ def _proof_left(result: Solution, later: list[str]) -> str | None:
 
 def _share(name: str, left: float, later: list[str]) -> float:
     """The seconds method ``name`` gets of the ``left`` in auto's time limit: half when an
-    exact method follows, else all of it; chain-dp, when any method follows, half and at most
+    exact method follows, or when retention goes before the baselines (on chains: at 10% of
+    heterogeneous linear(1024)'s range its 30 s found 3.51 of the total cost, chen-greedy 1.27
+    in 2 s), else all of it; chain-dp, when any method follows, half and at most
     ``CHAIN_DP_SECONDS``; never less than ``MIN_STEP_SECONDS``, so that the fast baselines
     always run."""
-    share = left / 2 if any(m in EXACT_METHODS for m in later) else left
+    share = left / 2 if any(m in EXACT_METHODS for m in later) or (
+        name == "retention" and later) else left
     if name == "chain-dp" and later:
         share = min(left / 2, CHAIN_DP_SECONDS)
     return max(share, MIN_STEP_SECONDS)
