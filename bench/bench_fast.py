@@ -19,7 +19,8 @@ whose states are kept per chain; no bound) over a sweep of budgets of each chain
 from the largest down), cold (the kept states dropped before each budget) and warm (kept
 across the sweep, as in a user's sweep), down and up; ``--time-limit`` per budget.
 ``strided``: on heterogeneous chains, the persistent recursion with checkpoints only at every
-fourth or second layer (``chain_dp.STRIDES``, chain-dp's fallback) against the whole one, each
+fourth or second layer (``chain_dp.strides``: twice that per 512 layers beyond; chain-dp's
+fallback) against the whole one, each
 cold, at 0, 10 and 30% of the budget range (costs as multiples of the total cost);
 ``--time-limit`` per solve.
 Rows (graph, budget, method) go to CSV and JSON as they come: solve time, cost, proven bound,
@@ -128,7 +129,7 @@ def run_strided(sizes, limit, stem, log=sys.stderr) -> list[dict]:
         for fraction in (0.0, 0.1, 0.3):
             budget = least + fraction * (peak - least)
             free = chain_dp.usable(chain, budget - graph.static_mem)
-            for stride in chain_dp.STRIDES + (1,):
+            for stride in chain_dp.strides(n) + (1,):
                 forget_states()
                 start = time.perf_counter()
                 try:

@@ -521,6 +521,33 @@ def test_chain_dp_out_of_time_offers_the_strided_schedules():
     chain_dp.forget_states()
 
 
+def test_chain_dp_runs_only_the_strided_recursions_on_long_heterogeneous_chains():
+    """Past ``WHOLE_LAYERS`` layers of many kinds, chain-dp (and ``Ahead``) never starts the
+    whole persistent recursion (no kept state): its strided recursions' schedule (strides
+    scaled to the length) is what it returns, fitting the budget. Unit chains keep it all."""
+    from remat.solvers import chain_dp
+
+    assert chain_dp.COMPILED, "the C extension was not built (make setup)"
+    assert chain_dp.strides(512) == (4, 2) and chain_dp.strides(1024) == (8, 4)
+    assert not chain_dp.strided_only(chain_of(remat.graphs.linear(600, unit=True)))
+    graph = remat.graphs.linear(chain_dp.WHOLE_LAYERS[0] + 1)
+    chain = chain_of(graph)
+    assert chain_dp.strided_only(chain) and not chain_dp.strided_only(
+        chain_of(remat.graphs.linear(chain_dp.WHOLE_LAYERS[0])))
+    least, top = chain_dp.least_peak(graph), checkpoint_all_peak(graph)
+    budget = least + 0.3 * (top - least)
+    chain_dp.forget_states()
+    chain_dp._STRIDED.clear()
+    ahead = chain_dp.Ahead(graph, budget, time.perf_counter() + 6)
+    sol = solver("chain-dp")(graph, budget, SolveOptions(time_limit=6))
+    ahead.stop()
+    assert sol.feasible and sol.peak_memory <= budget and sol.status == "timeout"
+    assert sol.details["fallback"].startswith("strided-")
+    assert chain not in chain_dp._STATES  # the whole recursion never ran
+    chain_dp._STRIDED.clear()
+    chain_dp.forget_states()
+
+
 def test_after_waiting_for_the_thread_chain_dp_has_only_the_time_left(monkeypatch):
     """Where chain-dp's recursion waited for one running ahead until its deadline, its own
     search gets the time left (none), not the time it had before the wait: it ran a second
@@ -704,8 +731,9 @@ def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkey
     checkpoint-all (before the slower baselines), and chain-dp, last, gets all that is left (a
     fake clock: each method uses all it is given); griewank does not run. On unit
     linear(192) chain-dp runs first (where it proves, the baselines never run). Past
-    ``CHAIN_DP_MAX`` layers there is no chain-dp (retention still goes early), but on chains of
-    few kinds of layer (``LONG_CHAIN``)."""
+    ``CHAIN_DP_MAX`` layers, up to ``LONG_CHAIN`` (in C), chain-dp runs first on unit chains,
+    last (its strided recursions only) on heterogeneous ones; past that there is no chain-dp
+    (retention still goes early)."""
     from types import SimpleNamespace
 
     from remat.solvers import auto
@@ -718,12 +746,17 @@ def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkey
         ["chain-dp", "checkpoint-all"]
     longest = auto.CHAIN_DP_MAX[0]
     beyond = auto.candidate_methods(remat.graphs.linear(longest + 1))
-    assert "chain-dp" not in beyond and beyond[:2] == ["checkpoint-all", "retention"]
-    if auto.COMPILED:  # few kinds of layer: chain-dp, first, up to LONG_CHAIN layers
+    assert beyond[:2] == ["checkpoint-all", "retention"] and "griewank" not in beyond
+    if auto.COMPILED:  # only its strided recursions, last; few kinds of layer: all of it, first
+        assert beyond[-1] == "chain-dp"
         assert auto.candidate_methods(remat.graphs.linear(longest + 88, unit=True))[0] == \
             "chain-dp"
-    longest = max(longest, auto.LONG_CHAIN[0])
-    assert "chain-dp" not in auto.candidate_methods(remat.graphs.linear(longest + 1, unit=True))
+    else:
+        assert "chain-dp" not in beyond
+    longest = max(longest, auto.LONG_CHAIN)
+    for unit in (True, False):
+        past = auto.candidate_methods(remat.graphs.linear(longest + 1, unit=unit))
+        assert "chain-dp" not in past and past[:2] == ["checkpoint-all", "retention"]
     clock, given = [0.0], {}
     stand_in = solver("chen-sqrtn")(graph, parse_budget("60%", graph), SolveOptions())
 

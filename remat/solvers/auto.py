@@ -41,7 +41,7 @@ from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, me
                                 solver)
 from remat.solvers.bounds import bound_time, meets, retention_bound
 from remat.solvers.chain_dp import (COMPILED, Ahead, chain_of, distinct_segments, least_peak,
-                                    persistent_fits)
+                                    persistent_fits, strided_only)
 from remat.solvers.min_budget import min_budget
 from remat.solvers.peak_floor import below_floor, known_floor, reached
 
@@ -74,13 +74,14 @@ heterogeneous linear(320) 1.8-6.6 s; unit chains of 768 layers 0.5-1.7 s, and th
 least-peak schedule (``least_peak``, which auto records where no persistent schedule fits)
 2.0 s (6.7 s before its tables ran in C). In Python: 10-12 s on unit chains of 384 layers,
 26 s to over 30 s at 512, 59-95 s on heterogeneous linear(256) (33153 segments)."""
-LONG_CHAIN = (1024 if COMPILED else 0, 4)
-"""(layers, kinds): past ``CHAIN_DP_MAX`` layers, chain-dp still runs (first, in C) on
-chains of up to this many layers with at most this many different layers (``_layer_kinds``:
-a unit chain has 1), whose DP has few segments (3n on unit chains). linear(1024, unit):
-chain-dp alone proves 10 / 30 / 60% of the budget range in 7.2 / 3.4 / 1.7 s, where auto
-without it returned chen-greedy's schedule after 32 s (0.3-4.2% above its bound); at 2048
-layers the least-peak record alone takes 34 s and chain-dp's recursion times out at 30%."""
+LONG_CHAIN = 1024 if COMPILED else 0
+"""Past ``CHAIN_DP_MAX`` layers, chain-dp still runs on chains of up to this many layers:
+first on chains of few kinds of layer (a unit chain has 1), whose DP has few segments (3n on
+unit chains): linear(1024, unit): chain-dp alone proves 10 / 30 / 60% of the budget range in
+7.2 / 3.4 / 1.7 s, where auto without it returned chen-greedy's schedule after 32 s (0.3-4.2%
+above its bound); after retention, only its strided recursions, on the others
+(``chain_dp.strided_only``). At 2048 layers the least-peak record alone takes 34 s and
+chain-dp's recursion times out at 30% of linear(2048, unit)."""
 BEFORE_BOUND = CLASSIC + ("chain-dp",)
 """The methods auto runs before proving its own bound: the classic baselines take
 milliseconds, and chain-dp proves its own, stopping as soon as it meets its cost (auto's, with
@@ -135,29 +136,24 @@ def _methods(graph: RematGraph, after: bool | None) -> list[str]:
 
 def _chain_dp_order(graph: RematGraph) -> tuple[bool | None, bool]:
     """(after, retention first). Where auto runs chain-dp: before retention (False) where its
-    recursion takes seconds (``CHAIN_DP_FIRST``), after it (True) up to ``CHAIN_DP_MAX``, not
+    recursion takes seconds (``CHAIN_DP_FIRST``), after it (True) up to ``CHAIN_DP_MAX`` and
+    where it runs only its strided recursions (``LONG_CHAIN``, ``chain_dp.strided_only``), not
     at all (None) beyond or on other graphs; and whether retention gets its short try before
-    chain-dp first (``RETENTION_TRY``). Segments are counted once, and only below the layer
-    cap or on long chains of few kinds of layer (``LONG_CHAIN``; the count builds O(n^2)
-    tables: 2-7 ms at 256-512 layers once they are cached, 0.75 / 1.0 s at 1024 layers, unit /
-    heterogeneous, cold)."""
+    chain-dp first (``RETENTION_TRY``). Segments are counted once, and not where the strided
+    recursions are all chain-dp runs (the count builds O(n^2) tables: 2-7 ms at 256-512 layers
+    once they are cached, 0.75 s on linear(1024, unit), cold)."""
     if not method_applies("chain-dp", graph):
         return None, False
     layers, chain = len(graph.forward_nodes) - 1, chain_of(graph)
-    short = layers <= CHAIN_DP_MAX[0] or (layers <= LONG_CHAIN[0]
-                                          and _layer_kinds(chain) <= LONG_CHAIN[1])
-    segments = distinct_segments(chain) if short else math.inf
+    if layers > max(CHAIN_DP_MAX[0], LONG_CHAIN):
+        return None, False
+    if strided_only(chain):  # its strided recursions, after retention (and in a thread)
+        return True, False
+    segments = distinct_segments(chain)
     if segments > CHAIN_DP_MAX[1]:
         return None, False
     after = CHAIN_DP_FIRST[0] < layers <= CHAIN_DP_MAX[0] or segments > CHAIN_DP_FIRST[1]
     return after, not after and segments > RETENTION_TRY[0]
-
-
-def _layer_kinds(chain) -> int:
-    """How many different layers (costs, sizes, workspaces) the chain has: O(n), where the
-    segment count is O(n^2)."""
-    return len(set(zip(chain.fwd_cost, chain.fwd_mem, chain.bwd_cost, chain.grad_mem,
-                       chain.fwd_ws, chain.bwd_ws)))
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:

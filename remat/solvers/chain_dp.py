@@ -153,7 +153,21 @@ cost in 0.9 / 6.3 s, where the whole recursion is not done in 60 s (1.1850 in 66
 least peak) they fail in 0.5 / 4.9 s (``python bench/bench_fast.py strided``,
 bench/results/fast_strided.csv)."""
 STRIDED_SHARE = 1 / 3
-"""The share of ``Ahead``'s time its strided recursions may use."""
+"""The share of ``Ahead``'s time its strided recursions may use (all of it on chains where
+they are all chain-dp runs, ``strided_only``)."""
+STRIDED_LAYERS = 512
+"""Chains of up to this many layers take ``STRIDES``; longer ones the same strides times
+``n // STRIDED_LAYERS`` (``strides``), as many places for a checkpoint as at this length."""
+WHOLE_LAYERS = (512, 4)
+"""(layers, kinds): on longer chains with more kinds of layer than this (``layer_kinds``),
+the whole persistent recursion is not run (``strided_only``): heterogeneous linear(1024)
+(525821 segments) at 10% and 30% of its budget range was not done in 60 s, and held 539 MB
+after 22 s; its stride 4 found 1.2149 of the total cost at 10% in 10.5 s, where chen-greedy's
+1.2671 was auto's best (``python bench/bench_fast.py strided --sizes 1024``). Unit chains
+(one kind) keep it: 7.2 s at 10% of linear(1024, unit)."""
+STRIDED_ONLY_SECONDS = 60.0
+"""The time a call without a time limit gives the strided recursions of a ``strided_only``
+chain (stride 2 of heterogeneous linear(1024) was not done in 60 s)."""
 _SLACK = 1e-12
 
 
@@ -1078,7 +1092,8 @@ class Ahead:
             return
         free_mem = usable(self.chain, float(budget) - graph.static_mem)
         self.tables = _ChainDP(self.chain, extended=False)
-        self.state = _kept_state(self.chain, self.tables)
+        self.whole = not strided_only(self.chain)
+        self.state = _kept_state(self.chain, self.tables) if self.whole else None
         seconds = max(deadline - time.perf_counter(), 0.0)
         self.thread = threading.Thread(target=self._run, args=(free_mem, seconds), daemon=True,
                                        name="remat-chain-dp")
@@ -1087,9 +1102,9 @@ class Ahead:
 
     def _run(self, free_mem: float, seconds: float) -> None:
         start = time.perf_counter()
-        cutoff = _strided_passes(self.tables, free_mem, start + STRIDED_SHARE * seconds,
-                                 self._begin)
-        if self._begin(lambda: self.state) is None:
+        share = STRIDED_SHARE if self.whole else 1.0
+        cutoff = _strided_passes(self.tables, free_mem, start + share * seconds, self._begin)
+        if not self.whole or self._begin(lambda: self.state) is None:
             return
         try:
             _chain_dp_c.solve(self.state, free_mem, cutoff, start + seconds - time.perf_counter(),
@@ -1120,13 +1135,32 @@ class Ahead:
                 if self.current is not None:
                     _chain_dp_c.stop(self.current, True)
             self.thread.join()
-            _chain_dp_c.stop(self.state, False)
+            if self.state is not None:
+                _chain_dp_c.stop(self.state, False)
             self.thread = None
             _AHEAD.pop(self.chain, None)
 
 
 _AHEAD: dict[Chain, Ahead] = {}
 """The recursions running ahead (``Ahead``), by chain."""
+
+
+def layer_kinds(chain: Chain) -> int:
+    """How many different layers (costs, sizes, workspaces) the chain has: O(n), where the
+    segment count (``distinct_segments``) is O(n^2)."""
+    return len(set(zip(chain.fwd_cost, chain.fwd_mem, chain.bwd_cost, chain.grad_mem,
+                       chain.fwd_ws, chain.bwd_ws)))
+
+
+def strided_only(chain: Chain) -> bool:
+    """Whether chain-dp runs only its fallbacks (the strided recursions first) on this chain,
+    never the whole persistent recursion (``WHOLE_LAYERS``); in C only."""
+    return COMPILED and chain.n > WHOLE_LAYERS[0] and layer_kinds(chain) > WHOLE_LAYERS[1]
+
+
+def strides(n: int) -> tuple[int, ...]:
+    """The strides of the strided recursions on a chain of ``n`` layers (``STRIDED_LAYERS``)."""
+    return tuple(stride * max(1, n // STRIDED_LAYERS) for stride in STRIDES)
 
 
 def _strided_state(tables: _ChainDP, stride: int):
@@ -1154,7 +1188,7 @@ def _strided_passes(tables: _ChainDP, free_mem: float, deadline: float, begin=No
     thread: the recursions run without the GIL and stop when it is stopped), else they run
     here. A failing one (memory, a C state error) is skipped: these are fallbacks."""
     least = INF
-    for stride in STRIDES:
+    for stride in strides(tables.n):
         try:
             make = functools.partial(_strided_state, tables, stride)
             state = make() if begin is None else begin(make)
@@ -1291,6 +1325,14 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     start = time.perf_counter()
     deadline = None if options.time_limit is None else start + options.time_limit
     chain = chain_of(graph)
+    if strided_only(chain):
+        _wait_for(chain, deadline)
+        least = least_peak(graph)  # a persistent schedule's: below it none of this class fits
+        if budget < least:
+            return Solution.infeasible(graph, "chain-dp", budget, min_budget=least,
+                                       solve_time=time.perf_counter() - start)
+        return _fallback(graph, chain, budget, start,
+                         deadline or start + STRIDED_ONLY_SECONDS)
     free_mem = float(budget) - graph.static_mem
     reserve = 0.0 if options.initial is not None else FALLBACK_SHARE
     try:
