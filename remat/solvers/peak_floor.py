@@ -147,11 +147,11 @@ def _search(graph: RematGraph, time_limit: float | None) -> PeakFloor:
             if time.perf_counter() >= deadline:
                 cut += todo[k + 1:]
                 break
-        if time.perf_counter() >= deadline:
-            todo = cut  # no next pass: leave the sort below (O(n) per value) undone
-            break
         # only the largest F counts: a value some path keeps at or below it is done
         most = max(floor, default=0.0)
+        if time.perf_counter() >= deadline:  # no next pass: exact unless one value is open
+            todo = cut if any(_upper(t, mem, own, inputs) > most for t in cut) else []
+            break
         todo = sorted((t for t in cut if _upper(t, mem, own, inputs) > most),
                       key=lambda t: -floor[t])
         cap *= 4
