@@ -176,10 +176,16 @@ def test_griewank_uses_less_memory_with_fewer_slots():
     assert peaks == sorted(peaks) and costs == sorted(costs, reverse=True)
 
 
+@pytest.mark.parametrize("every", [True, False])
 @pytest.mark.parametrize("n, unit", [(13, True), (40, True), (40, False)])
-def test_griewank_finds_the_cheapest_slot_count_that_fits(n, unit):
-    """The bisection over slot counts (and the counts next to its answer) returns what trying
-    every count returns: the cheapest schedule that fits, and the least peak where none does."""
+def test_griewank_finds_the_cheapest_slot_count_that_fits(n, unit, every, monkeypatch):
+    """Trying every slot count (short chains), or the bisection over them and the counts next
+    to its answer (long chains; here forced), returns the cheapest schedule that fits, and
+    the least peak where none does."""
+    from remat.solvers import griewank
+
+    if not every:
+        monkeypatch.setattr(griewank, "EVERY_COUNT", 0)
     graph = remat.graphs.linear(n, unit=unit)
     sims = [simulate(graph, *chain_schedule(graph, s)) for s in range(1, n)]
     least = min(sim.peak_memory for sim in sims)

@@ -2,7 +2,8 @@
 
 Runs the methods that suit the graph in order of cost, stopping as soon as a schedule meets
 the best lower bound proved so far, and returns the cheapest schedule that fits with that
-bound: on chains of up to ``CHAIN_DP_MAX`` layers ``chain-dp`` (its recursions stop at its
+bound: on chains of up to ``CHAIN_DP_MAX`` layers, or ``LONG_CHAIN`` (unit chains; on
+heterogeneous ones only its strided recursions), ``chain-dp`` (its recursions stop at its
 share of the time; first, where its DP is small, ``CHAIN_DP_FIRST``, so that where it proves
 its schedule nothing else runs: on linear(384, unit) chen-greedy and ap-greedy take 0.5 s
 each, and there retention gets a second before it where the DP is not that small,
@@ -26,8 +27,9 @@ can meet (``_below_floor``). Where no method found a schedule above it and none 
 none fits, the time left goes to the least peak (``_lowest_left``) and the result says that
 nothing is proven (``_none_found``).
 ``time_limit`` (default ``DEFAULT_TIME_LIMIT`` seconds) bounds the whole call: each method gets
-what is left (``_share``: half of it when an exact method follows), so the call ends within
-the limit plus the last method's overrun (a HiGHS solve or simulation in progress).
+what is left (``_share``: half of it when an exact method, or on chains the baselines after
+retention, follow), so the call ends within the limit plus the last method's overrun (a HiGHS
+solve or simulation in progress).
 """
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ and in bench/results/bounds.csv auto never chose lp-rounding above T = 129; at T
 rounding won."""
 DEFAULT_TIME_LIMIT = 30.0
 CHAIN_DP_FIRST = (512, 40_000) if COMPILED else (256, 10_000)
-"""chain-dp runs before retention on chains of at most this many layers whose DP has at most
+"""chain-dp runs before retention on chains of at most this many layers (or, of few kinds of
+layer, ``LONG_CHAIN``) whose DP has at most
 this many distinct segments (``chain_dp.distinct_segments``): its persistent recursion then
 takes at most seconds. In C (``chain_dp.COMPILED``): heterogeneous linear(256), 33153
 segments, 0.8-2.5 s at 0-60% of the budget range; unit chains of 512 layers, 1536 segments,
@@ -107,7 +110,8 @@ persistent recursion itself did not finish, its least-peak schedule), and retent
 
 def candidate_methods(graph: RematGraph) -> list[str]:
     """The methods ``auto`` tries on this graph, cheapest first; but on chains where chain-dp
-    comes after retention, retention right after checkpoint-all: it proves them optimal at
+    comes after retention, or does not run, retention right after checkpoint-all: it proves
+    them optimal at
     moderate budgets in well under a second, where chen-greedy and ap-greedy took 0.5 s each
     (heterogeneous linear(512) at 30% / 60% of its budget range: 0.79 / 0.92 s in all, 2.0 /
     2.1 s with the baselines first; bench/results/fast_notes.md, session 20)."""
@@ -254,7 +258,8 @@ def _below_floor(graph: RematGraph, budget: float, floor: float, options: SolveO
                  start: float) -> Solution:
     """No schedule fits a budget below the least possible peak (proven); what auto
     still finds is the least budget it can meet: chain-dp's least peak on chains (exact over
-    its class), else the lower of two: the best baseline's schedule lowered by the peak
+    its class; on ``chain_dp.strided_only`` chains its least-peak persistent schedule's, which
+    on linear(n) meets one node's operands), else the lower of two: the best baseline's schedule lowered by the peak
     descent, without the min-peak MILP (``min_budget(exact=False)``, which on gpt2 at module
     level spent the whole 30 s of milp's share of each such budget of a sweep without lowering
     it), and, unless that meets the floor, retention's least peak, each in at most half the

@@ -116,13 +116,15 @@ chains at 10% of their budget range, no feasibility jump): linear(192) (147840 c
 returned after 1.2 s, linear(256) (262656) after 2.7 s, and with 1 s linear(384) (590592)
 after 7.8 s; auto's first bound, a tenth of its limit, would so run 2-7 s over."""
 
-FORCED_COLUMNS = 1_100_000
+FORCED_COLUMNS = 2_500_000
 """The largest moment model (``moment_size``) built for the computations its rows force
 (``_forced``), solved by HiGHS only where what is left of it is within ``MOMENT_COLUMNS``
 (``MOMENT_CHAIN_COLUMNS``): linear(512, unit) (1049600) at its least peak, where the forced
 computations are the optimum, 128.13 of the total cost, in 2.8 s (0.6 s to build, 2.2 s to
 propagate; the solve of the whole model took 35 s and 3.1 GB; bench/results/fast_notes.md,
-session 21)."""
+session 21); linear(768, unit) (2360832 columns): auto proves its least peak in 24 s, 1.97 GB
+at most (session 22). linear(1024, unit) (4196352) takes 39 s of a 60 s limit and 3.6 GB:
+left out."""
 
 FORCED_SECONDS_PER_COLUMN = 4e-6
 """The least time left, per column, in which the forced computations are looked for (2.8 s

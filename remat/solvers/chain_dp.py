@@ -89,7 +89,9 @@ only at every fourth or second layer, ``STRIDES``) and the recursion's on a budg
 (``_Graded``, numpy, O(n^3) per grid level: 0.5-0.8 s with 16 levels at 192 layers, 5-8 s at
 384), on as many levels as the time left allows (heterogeneous linear(192) at its least
 peak: 1.33 of the total cost, the least-peak schedule 1.90); where the caller has a schedule
-already (``SolveOptions.initial``), the recursion gets the whole limit. ``solve`` skips the
+already (``SolveOptions.initial``), the recursion gets the whole limit. On heterogeneous chains
+of more than 512 layers a call with a time limit runs only these fallbacks
+(``strided_only``: the whole recursion is not done in 60 s at 1024 layers). ``solve`` skips the
 search of the full class where the retention bound already meets the persistent cost, and
 gives what is left of the limit to the bound where it does not meet the final cost.
 
@@ -160,14 +162,12 @@ STRIDED_LAYERS = 512
 ``n // STRIDED_LAYERS`` (``strides``), as many places for a checkpoint as at this length."""
 WHOLE_LAYERS = (512, 4)
 """(layers, kinds): on longer chains with more kinds of layer than this (``layer_kinds``),
-the whole persistent recursion is not run (``strided_only``): heterogeneous linear(1024)
+a call with a time limit never starts the whole persistent recursion (``strided_only``;
+without a limit it runs to the end): heterogeneous linear(1024)
 (525821 segments) at 10% and 30% of its budget range was not done in 60 s, and held 539 MB
 after 22 s; its stride 4 found 1.2149 of the total cost at 10% in 10.5 s, where chen-greedy's
 1.2671 was auto's best (``python bench/bench_fast.py strided --sizes 1024``). Unit chains
 (one kind) keep it: 7.2 s at 10% of linear(1024, unit)."""
-STRIDED_ONLY_SECONDS = 60.0
-"""The time a call without a time limit gives the strided recursions of a ``strided_only``
-chain (stride 2 of heterogeneous linear(1024) was not done in 60 s)."""
 _SLACK = 1e-12
 
 
@@ -1075,9 +1075,10 @@ class Ahead:
     releases the GIL) until ``deadline`` while the caller does other work: auto starts it
     where chain-dp comes after retention, so that on two cores the recursion has the whole
     limit instead of what retention leaves. It first runs the strided recursions
-    (``STRIDES``, within ``STRIDED_SHARE`` of its time; their schedules are recorded for
-    ``_fallback``), then the whole one below the cheapest of them (a cutoff that holds: each
-    strided class is a subset of the whole). Its finished searches stay in the chain's kept
+    (``strides``, within ``STRIDED_SHARE`` of its time, all of it on ``strided_only`` chains;
+    their schedules are recorded for ``_fallback``), then, but on those chains, the whole one
+    below the cheapest of them (a cutoff that holds: each strided class is a subset of the
+    whole). Its finished searches stay in the chain's kept
     state; chain-dp's own call on the chain (``_Compiled``) waits for it first (until its own
     deadline, then stops it) and resumes from there. ``stop()`` ends it (auto's last step).
     Where the C recursions were not built it does nothing."""
@@ -1153,8 +1154,9 @@ def layer_kinds(chain: Chain) -> int:
 
 
 def strided_only(chain: Chain) -> bool:
-    """Whether chain-dp runs only its fallbacks (the strided recursions first) on this chain,
-    never the whole persistent recursion (``WHOLE_LAYERS``); in C only."""
+    """Whether chain-dp, given a time limit, runs only its fallbacks (the strided recursions
+    first) on this chain, never the whole persistent recursion (``WHOLE_LAYERS``); in C only.
+    Below the least-peak persistent schedule it reports that peak as the least budget."""
     return COMPILED and chain.n > WHOLE_LAYERS[0] and layer_kinds(chain) > WHOLE_LAYERS[1]
 
 
@@ -1183,7 +1185,7 @@ def _strided_state(tables: _ChainDP, stride: int):
 
 
 def _strided_passes(tables: _ChainDP, free_mem: float, deadline: float, begin=None) -> float:
-    """The strided recursions of ``STRIDES`` in turn, each until ``deadline`` and recorded
+    """The strided recursions of ``strides(n)`` in turn, each until ``deadline`` and recorded
     (``_strided``); the least cost found (inf if none). ``begin``: ``Ahead._begin`` (its
     thread: the recursions run without the GIL and stop when it is stopped), else they run
     here. A failing one (memory, a C state error) is skipped: these are fallbacks."""
@@ -1325,14 +1327,13 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     start = time.perf_counter()
     deadline = None if options.time_limit is None else start + options.time_limit
     chain = chain_of(graph)
-    if strided_only(chain):
-        _wait_for(chain, deadline)
+    if deadline is not None and strided_only(chain):
         least = least_peak(graph)  # a persistent schedule's: below it none of this class fits
         if budget < least:
             return Solution.infeasible(graph, "chain-dp", budget, min_budget=least,
                                        solve_time=time.perf_counter() - start)
-        return _fallback(graph, chain, budget, start,
-                         deadline or start + STRIDED_ONLY_SECONDS)
+        _wait_for(chain, deadline)
+        return _fallback(graph, chain, budget, start, deadline)
     free_mem = float(budget) - graph.static_mem
     reserve = 0.0 if options.initial is not None else FALLBACK_SHARE
     try:
@@ -1393,7 +1394,7 @@ def _fallback(graph: RematGraph, chain: Chain, budget: float, start: float,
               deadline: float) -> Solution:
     """What ``solve`` returns when its time ran out before the persistent recursion finished:
     the cheapest that fits of the least-peak persistent schedule (``least_peak_tables``), the
-    strided recursions' (``STRIDES``: those ``Ahead`` recorded at this budget, else, in C,
+    strided recursions' (``strides``: those ``Ahead`` recorded at this budget, else, in C,
     run here within the time left) and ``_Graded``'s on grids of ``GRADED_LEVELS``, twice as
     many, ... levels (while the last run, taken 2.2 times, still ends before ``deadline``; a
     grid still running at ``deadline`` is dropped), status "timeout" with the trivial bound
