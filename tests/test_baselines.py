@@ -176,16 +176,10 @@ def test_griewank_uses_less_memory_with_fewer_slots():
     assert peaks == sorted(peaks) and costs == sorted(costs, reverse=True)
 
 
-@pytest.mark.parametrize("every", [True, False])
 @pytest.mark.parametrize("n, unit", [(13, True), (40, True), (40, False)])
-def test_griewank_finds_the_cheapest_slot_count_that_fits(n, unit, every, monkeypatch):
-    """Trying every slot count (short chains), or the bisection over them and the counts next
-    to its answer (long chains; here forced), returns the cheapest schedule that fits, and
+def test_griewank_finds_the_cheapest_slot_count_that_fits(n, unit):
+    """Without a time limit every slot count is tried: the cheapest schedule that fits, and
     the least peak where none does."""
-    from remat.solvers import griewank
-
-    if not every:
-        monkeypatch.setattr(griewank, "EVERY_COUNT", 0)
     graph = remat.graphs.linear(n, unit=unit)
     sims = [simulate(graph, *chain_schedule(graph, s)) for s in range(1, n)]
     least = min(sim.peak_memory for sim in sims)
@@ -197,6 +191,23 @@ def test_griewank_finds_the_cheapest_slot_count_that_fits(n, unit, every, monkey
         assert sol.peak_memory <= budget
     below = solver("griewank")(graph, least - 1, SolveOptions())
     assert not below.feasible and below.min_budget == least
+
+
+@pytest.mark.parametrize("largest", [0, 1, 7, 50, 99])
+def test_griewank_bisects_for_the_largest_count_that_fits_first(largest):
+    """The slot counts come bisection first (toward the largest count that fits, where peaks
+    grow with the count), then the counts next to its answer, then every count: the large,
+    cheap ones before the small ones (one slot: O(n^2) recomputations)."""
+    from remat.solvers.griewank import WINDOW, _slot_order
+
+    order = list(_slot_order(99, lambda slots: slots <= largest, None))
+    first = list(dict.fromkeys(order))  # each count where it first comes
+    assert order[0] == 50 and sorted(first) == list(range(1, 100))
+    early = first[:(99 + 1).bit_length() + 2 * WINDOW + 1]  # the bisection, then its window
+    edge = {largest, largest + 1} & set(range(1, 100))  # the last that fits, the first that not
+    assert edge <= set(early)
+    late = [slots for slots in first if slots not in early]
+    assert late == sorted(late, reverse=True)
 
 
 def test_revolve_order_of_a_long_chain_with_many_slots():

@@ -7,12 +7,12 @@ recursion ``p(l, s) = min_j j + p(l - j, s - 1) + p(j, s)``, ``p(1, s) = 0``,
 ``p(l, 1) = l(l-1)/2`` has the closed form ``forward_steps``; each reversal's first split is
 the least j that attains its minimum (``_split``), and the splits drive the schedule.
 In remat's graph every adjoint step except the last re-runs its layer (the tape), so the
-schedule recomputes exactly ``p(n, s)`` forward nodes. Every slot count is tried on chains of
-up to ``EVERY_COUNT`` layers; on longer ones, from 1 up to the first s whose simulated peak
-fits the budget, a bisection for the largest that fits, then the counts next to it
-(``_slot_order``). The cheapest schedule that fits wins; ``min_budget`` is the least peak of
-the counts tried. At 1024 layers trying every count reached s = 42 in 30 s; the bisection
-takes 3.2-3.7 s.
+schedule recomputes exactly ``p(n, s)`` forward nodes. The slot counts: a bisection for the
+largest s whose simulated peak fits the budget, the counts next to it, then the others from
+the largest down, until the time limit (``_slot_order``; without one, every count, as
+trying them all from 1 up did before). The cheapest schedule that fits wins; ``min_budget``
+is the least peak of the counts tried. At 1024 layers trying every count from 1 up reached
+s = 42 in 30 s.
 """
 from __future__ import annotations
 
@@ -140,11 +140,6 @@ def applies(graph: RematGraph) -> bool:
 WINDOW = 3
 """Slot counts tried on each side of the bisection's answer (peaks need not grow strictly with
 the slots on heterogeneous chains)."""
-EVERY_COUNT = 128
-"""Up to this many layers every slot count is tried (0.48 s at 128 layers); the bisection
-beyond. On 150 random chains of 8-29 layers with sizes 1-256 (986 budgets), the bisection
-alone gave the same schedules in 981 and dearer ones in 5 (at most 17.5%: peaks that fall
-again at larger counts)."""
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
@@ -164,8 +159,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
             tried[slots] = (sim.peak_memory, sim.compute_cost)
         return tried[slots][0] <= budget
 
-    most = max(n - 1, 1)
-    for slots in range(1, most + 1) if n <= EVERY_COUNT else _slot_order(most, fits, deadline):
+    for slots in _slot_order(max(n - 1, 1), fits, deadline):
         fits(slots)
         if _past(deadline):
             break
@@ -182,29 +176,26 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
 
 
 def _slot_order(most: int, fits, deadline: float | None):
-    """The slot counts to try: from 1 up to the first that fits (peaks are not monotone in
-    the slots: on linear(10) the least is at 2; where none fits, every count is tried, as
-    before, until ``deadline``), then a bisection for the largest count that fits (peaks
-    mostly grow with the slots, costs fall), then ``WINDOW`` counts on each side of it.
-    Each count costs a schedule and a simulation (linear(1024, unit): trying every count
-    from 1 reached 42 in 30 s)."""
-    low = 1
-    while True:
-        yield low
-        if fits(low) or low >= most or _past(deadline):
-            break
-        low += 1
-    if not fits(low):
-        return
-    high = most + 1  # fits(low); nothing from high up is known to fit
+    """The slot counts to try, until ``deadline``: a bisection for the largest count that fits
+    (peaks mostly grow with the slots, costs fall), ``WINDOW`` counts on each side of its
+    answer, then every other count from the largest down (peaks are not monotone in the
+    count: on linear(10) the least is at 2 slots). Without a deadline every count is tried.
+    Small counts come last: they cost the most to simulate (O(n^2) recomputations with one
+    slot, 10 s at 2048 layers); trying every count from 1 up reached 42 in 30 s at 1024."""
+    low = yield from _bisect(most, fits, deadline)
+    yield from range(max(low - WINDOW, 1), min(low + WINDOW, most) + 1)
+    yield from range(most, 0, -1)  # counts already tried cost nothing again
+
+
+def _bisect(most: int, fits, deadline: float | None):
+    """Yields the counts of a bisection over 1..``most``; returns the largest found to fit
+    (0 if none)."""
+    low, high = 0, most + 1  # low fits (or is 0); nothing from high up is known to fit
     while high - low > 1 and not _past(deadline):
         middle = (low + high) // 2
         yield middle
         low, high = (middle, high) if fits(middle) else (low, middle)
-    for slots in range(max(low - WINDOW, 1), min(low + WINDOW, most) + 1):
-        if _past(deadline):
-            return
-        yield slots
+    return low
 
 
 def _past(deadline: float | None) -> bool:
