@@ -15,6 +15,7 @@ from remat.graph.core import RematGraph
 from remat.schedule.rs import from_checkpoints
 from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
+from remat.solvers.base import past
 
 
 def best_of(graph: RematGraph, budget: float, method: str,
@@ -29,7 +30,7 @@ def best_of(graph: RematGraph, budget: float, method: str,
         key = frozenset(int(c) for c in checkpoints)
         if key in seen:
             continue
-        if deadline is not None and time.perf_counter() > deadline and seen:
+        if past(deadline) and seen:
             timed_out = True
             break
         seen.add(key)
@@ -82,7 +83,3 @@ def greedy_thresholds(graph: RematGraph, count: int = 48) -> np.ndarray:
         return np.array([0.0])
     low, high = float(positive.min()), float(positive.sum())
     return np.unique(np.concatenate([[0.0], np.geomspace(low / 2, high, count)]))
-
-
-def deadline_of(time_limit: float | None) -> float | None:
-    return None if time_limit is None else time.perf_counter() + time_limit

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
-from remat.solvers._checkpoints import best_of, deadline_of, greedy_checkpoints, greedy_thresholds
-from remat.solvers.base import SolveOptions
+from remat.solvers._checkpoints import best_of, greedy_checkpoints, greedy_thresholds
+from remat.solvers.base import SolveOptions, deadline_of
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:

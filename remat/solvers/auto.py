@@ -111,10 +111,10 @@ persistent recursion itself did not finish, its least-peak schedule), and retent
 def candidate_methods(graph: RematGraph) -> list[str]:
     """The methods ``auto`` tries on this graph, cheapest first; but on chains where chain-dp
     comes after retention, or does not run, retention right after checkpoint-all: it proves
-    them optimal at
-    moderate budgets in well under a second, where chen-greedy and ap-greedy took 0.5 s each
-    (heterogeneous linear(512) at 30% / 60% of its budget range: 0.79 / 0.92 s in all, 2.0 /
-    2.1 s with the baselines first; bench/results/fast_notes.md, session 20)."""
+    them optimal at moderate budgets in well under a second, where chen-greedy and ap-greedy
+    took 0.5 s each (heterogeneous linear(512) at 30% / 60% of its budget range: 0.79 / 0.92
+    s in all, 2.0 / 2.1 s with the baselines first; bench/results/fast_notes.md, session
+    20)."""
     return _methods(graph, _chain_dp_order(graph)[0])
 
 
@@ -256,16 +256,16 @@ def _floor(graph: RematGraph, budget: float, options: SolveOptions,
 
 def _below_floor(graph: RematGraph, budget: float, floor: float, options: SolveOptions,
                  start: float) -> Solution:
-    """No schedule fits a budget below the least possible peak (proven); what auto
-    still finds is the least budget it can meet: chain-dp's least peak on chains (exact over
-    its class; on ``chain_dp.strided_only`` chains its least-peak persistent schedule's, which
-    on linear(n) meets one node's operands), else the lower of two: the best baseline's schedule lowered by the peak
-    descent, without the min-peak MILP (``min_budget(exact=False)``, which on gpt2 at module
-    level spent the whole 30 s of milp's share of each such budget of a sweep without lowering
-    it), and, unless that meets the floor, retention's least peak, each in at most half the
-    time (fcn_resnet50 at op level, 25%, 15 s each: 22.0 MB by the descent, 19.3 MB by
-    retention; gpt2 at module level, 20%, and VGG-16 and MobileNetV2 at module level, 10%:
-    the descent meets the floor: 3.1-3.4, 0.2 and 4.2 s in all, bounds_low_auto.csv)."""
+    """No schedule fits a budget below the least possible peak (proven); what auto still finds
+    is the least budget it can meet: chain-dp's least peak on chains (exact over its class; on
+    ``chain_dp.strided_only`` chains its least-peak persistent schedule's, which on linear(n)
+    meets one node's operands), else the lower of two: the best baseline's schedule lowered by
+    the peak descent, without the min-peak MILP (``min_budget(exact=False)``, which on gpt2 at
+    module level spent the whole 30 s of milp's share of each such budget of a sweep without
+    lowering it), and, unless that meets the floor, retention's least peak, each in at most half
+    the time (fcn_resnet50 at op level, 25%, 15 s each: 22.0 MB by the descent, 19.3 MB by
+    retention; gpt2 at module level, 20%, and VGG-16 and MobileNetV2 at module level, 10%: the
+    descent meets the floor: 3.1-3.4, 0.2 and 4.2 s in all, bounds_low_auto.csv)."""
     if method_applies("chain-dp", graph):
         least, tried = solver("chain-dp")(graph, budget, options).min_budget, ["chain-dp"]
     else:

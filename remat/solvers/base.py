@@ -2,11 +2,22 @@
 from __future__ import annotations
 
 import importlib
+import time
 from dataclasses import dataclass, fields
 from typing import Callable
 
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
+
+def deadline_of(time_limit: float | None) -> float | None:
+    """The ``time.perf_counter()`` value at which ``time_limit`` seconds from now run out."""
+    return None if time_limit is None else time.perf_counter() + time_limit
+
+
+def past(deadline: float | None) -> bool:
+    """Whether ``deadline`` (from ``deadline_of``; None: no limit) has passed."""
+    return deadline is not None and time.perf_counter() > deadline
+
 
 NO_SCHEDULE_YET = "stopped before any schedule was found"
 """``details["reason"]`` of an "infeasible" Solution from a solver that hit its time limit (or

@@ -161,13 +161,13 @@ STRIDED_LAYERS = 512
 """Chains of up to this many layers take ``STRIDES``; longer ones the same strides times
 ``n // STRIDED_LAYERS`` (``strides``), as many places for a checkpoint as at this length."""
 WHOLE_LAYERS = (512, 4)
-"""(layers, kinds): on longer chains with more kinds of layer than this (``layer_kinds``),
-a call with a time limit never starts the whole persistent recursion (``strided_only``;
-without a limit it runs to the end): heterogeneous linear(1024)
-(525821 segments) at 10% and 30% of its budget range was not done in 60 s, and held 539 MB
-after 22 s; its stride 4 found 1.2149 of the total cost at 10% in 10.5 s, where chen-greedy's
-1.2671 was auto's best (``python bench/bench_fast.py strided --sizes 1024``). Unit chains
-(one kind) keep it: 7.2 s at 10% of linear(1024, unit)."""
+"""(layers, kinds): on longer chains with more kinds of layer than this (``layer_kinds``), a
+call with a time limit never starts the whole persistent recursion (``strided_only``; without a
+limit it runs to the end): heterogeneous linear(1024) (525821 segments) at 10% and 30% of its
+budget range was not done in 60 s (a 30 s chain-dp call, 22 s of it in that recursion, peaked at
+539 MB of process memory); its stride 4 found 1.2149 of the total cost at 10% in 10.5 s, where
+chen-greedy's 1.2671 was auto's best (``python bench/bench_fast.py strided --sizes 1024``). Unit
+chains (one kind) keep it: 7.2 s at 10% of linear(1024, unit)."""
 _SLACK = 1e-12
 
 

@@ -21,7 +21,6 @@ Every schedule is ``tighten``-ed and priced by the simulator.
 """
 from __future__ import annotations
 
-import time
 from typing import Iterator
 
 import numpy as np
@@ -29,6 +28,7 @@ import numpy as np
 from remat.graph.core import RematGraph
 from remat.schedule.rs import tighten
 from remat.schedule.simulate import Simulation, simulate
+from remat.solvers.base import past
 
 STAGES = 4
 """Stages over the budget, worst first, whose moves one step tries."""
@@ -64,7 +64,7 @@ def descend(graph: RematGraph, S: np.ndarray, budget: float, deadline: float | N
     score; 40%: 1.1656 against 1.1804)."""
     rank = _by_cost if cheap else _by_score
     point = Point(graph, S, budget)
-    while not point.fits(budget) and not _past(deadline):
+    while not point.fits(budget) and not past(deadline):
         step, _ = _best_step(graph, point, point, budget, rank, deadline)
         if step is None:
             step = _best_pair(graph, point, budget, rank, deadline)
@@ -95,7 +95,7 @@ def _best_step(graph: RematGraph, base: Point, point: Point, budget: float, rank
     best, least = None, None
     for t in point.worst(budget, STAGES):
         for S in _moves(graph, point, t):
-            if _past(deadline):
+            if past(deadline):
                 return best, least
             found = Point(graph, S, budget)
             key = rank(base, found)
@@ -110,7 +110,7 @@ def _best_pair(graph: RematGraph, point: Point, budget: float, rank,
     pair, ranked against ``point``."""
     best, least = None, None
     for S in _moves(graph, point, point.worst(budget, 1)[0]):
-        if _past(deadline):
+        if past(deadline):
             break
         found, key = _best_step(graph, point, Point(graph, S, budget), budget, rank, deadline)
         if key is not None and (least is None or key < least):
@@ -164,7 +164,3 @@ def _live_at_peak(sim: Simulation, stage: int) -> list[int]:
         else:
             live.discard(event.node)
     return sorted(at_peak)
-
-
-def _past(deadline: float | None) -> bool:
-    return deadline is not None and time.perf_counter() > deadline

@@ -11,8 +11,9 @@ schedule recomputes exactly ``p(n, s)`` forward nodes. The slot counts: a bisect
 largest s whose simulated peak fits the budget, the counts next to it, then the others from
 the largest down, until the time limit (``_slot_order``; without one, every count, as
 trying them all from 1 up did before). The cheapest schedule that fits wins; ``min_budget``
-is the least peak of the counts tried. At 1024 layers trying every count from 1 up reached
-s = 42 in 30 s.
+is the least peak of the counts tried. On linear(1024, unit) at 30% of its budget range,
+trying the counts from 1 up reached 211 in 30 s (1.8956 of the total cost); the bisection's
+answer, 1.8487, comes within 1.6 s.
 """
 from __future__ import annotations
 
@@ -26,8 +27,7 @@ from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r, tighten
 from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
-from remat.solvers._checkpoints import deadline_of
-from remat.solvers.base import SolveOptions
+from remat.solvers.base import SolveOptions, deadline_of, past
 
 
 def forward_steps(length: int, slots: int) -> int:
@@ -161,7 +161,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
 
     for slots in _slot_order(max(n - 1, 1), fits, deadline):
         fits(slots)
-        if _past(deadline):
+        if past(deadline):
             break
     min_peak = min(peak for peak, _ in tried.values())
     fitting = [(cost, slots) for slots, (peak, cost) in tried.items() if peak <= budget]
@@ -180,8 +180,8 @@ def _slot_order(most: int, fits, deadline: float | None):
     (peaks mostly grow with the slots, costs fall), ``WINDOW`` counts on each side of its
     answer, then every other count from the largest down (peaks are not monotone in the
     count: on linear(10) the least is at 2 slots). Without a deadline every count is tried.
-    Small counts come last: they cost the most to simulate (O(n^2) recomputations with one
-    slot, 10 s at 2048 layers); trying every count from 1 up reached 42 in 30 s at 1024."""
+    Small counts come last: they cost the most (O(n^2) recomputations with one slot: 7.8 s to
+    build and simulate at 2048 layers, 0.8 s with 600 slots)."""
     low = yield from _bisect(most, fits, deadline)
     yield from range(max(low - WINDOW, 1), min(low + WINDOW, most) + 1)
     yield from range(most, 0, -1)  # counts already tried cost nothing again
@@ -191,12 +191,8 @@ def _bisect(most: int, fits, deadline: float | None):
     """Yields the counts of a bisection over 1..``most``; returns the largest found to fit
     (0 if none)."""
     low, high = 0, most + 1  # low fits (or is 0); nothing from high up is known to fit
-    while high - low > 1 and not _past(deadline):
+    while high - low > 1 and not past(deadline):
         middle = (low + high) // 2
         yield middle
         low, high = (middle, high) if fits(middle) else (low, middle)
     return low
-
-
-def _past(deadline: float | None) -> bool:
-    return deadline is not None and time.perf_counter() > deadline

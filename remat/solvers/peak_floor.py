@@ -42,6 +42,7 @@ U-Net, MobileNetV2 (exact in under a second on VGG-16 and U-Net's module graph, 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 import weakref
@@ -149,11 +150,11 @@ def _search(graph: RematGraph, time_limit: float | None) -> PeakFloor:
                 break
         # only the largest F counts: a value some path keeps at or below it is done
         most = max(floor, default=0.0)
+        still_open = (t for t in cut if _upper(t, mem, own, inputs) > most)
         if time.perf_counter() >= deadline:  # no next pass: exact unless one value is open
-            todo = cut if any(_upper(t, mem, own, inputs) > most for t in cut) else []
+            todo = list(itertools.islice(still_open, 1))
             break
-        todo = sorted((t for t in cut if _upper(t, mem, own, inputs) > most),
-                      key=lambda t: -floor[t])
+        todo = sorted(still_open, key=lambda t: -floor[t])
         cap *= 4
     value = max(peak_lower_bound(graph), graph.static_mem + max(floor, default=0.0))
     return PeakFloor(value, not todo, time.perf_counter() - began)

@@ -47,7 +47,7 @@ from remat.schedule.budget import checkpoint_all_peak
 from remat.schedule.rs import checkpoint_all, tighten
 from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
-from remat.solvers.base import SolveOptions
+from remat.solvers.base import SolveOptions, past
 from remat.solvers.bounds import (bound_time, gaps, meets, retained,
                                   retention_bound, runs, stage_room)
 from remat.solvers.descent import descend
@@ -74,7 +74,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
     plan = Plan(graph)
     start = _held_bound(plan, budget, known.kept, deadline or began + GROW_SECONDS, known.value)
-    if start is not None and (_proven(start, known.value) or _past(deadline)):
+    if start is not None and (_proven(start, known.value) or past(deadline)):
         return _solution(graph, budget, start, known.value, began, deadline, tries=0)
     best, weights, tries = None, plan.own_costs(), 0
     for _ in range(ROUNDS):
@@ -82,7 +82,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         tries += count
         if found is not None and (best is None or found[0] < best[0]):
             best = found
-        if kept is None or _past(deadline):
+        if kept is None or past(deadline):
             break
         weights = plan.rebuild_costs(kept)
     until = deadline or time.perf_counter() + GROW_SECONDS
@@ -114,7 +114,7 @@ def _solution(graph: RematGraph, budget: float, best: tuple, bound: float, began
               deadline: float | None, tries: int) -> Solution:
     """The schedule ``best`` (cost, R, S, kept) as this method's result."""
     status = "optimal" if meets(best[0], bound) else \
-        ("timeout" if _past(deadline) else "feasible")
+        ("timeout" if past(deadline) else "feasible")
     return Solution.from_schedule(graph, best[1], best[2], "retention", status, budget,
                                   lower_bound=bound, solve_time=time.perf_counter() - began,
                                   tries=tries)
@@ -130,7 +130,7 @@ def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
     rooms = [full] * REPAIRS + [floor + scale * (full - floor) for scale in SCALES[1:]]
     kept, tries, cut = None, 0, np.zeros(graph.size)
     for attempt, room in enumerate(rooms):
-        if _past(deadline) and tries:
+        if past(deadline) and tries:
             break
         limit = 2.0 if deadline is None else max(0.1, min(2.0, deadline - time.perf_counter()))
         room = np.maximum(room - cut, 0.0) if attempt < REPAIRS else room
@@ -157,7 +157,7 @@ def _least_peak(plan: "Plan", budget: float, deadline: float, threads) -> float:
     graph = plan.graph
     floor, top = known_floor(graph), checkpoint_all_peak(graph)
     for step in range(LEAST_STEPS + 1 if budget < floor else 0):
-        if _past(deadline):
+        if past(deadline):
             break
         trial = floor + step / LEAST_STEPS * (top - floor)
         if _fit(plan, trial, plan.own_costs(), deadline, threads)[0] is not None:
@@ -184,7 +184,7 @@ def _descended(plan: "Plan", budget: float, deadline: float) -> tuple | None:
     graph = plan.graph
     found, tries = [], len(LOOSER) + 4  # then (lowest, checkpoint-all) x (cost-aware, by peak)
     for k, share in enumerate(LOOSER):
-        if _past(deadline):  # each try solves a knapsack and prices it at least once
+        if past(deadline):  # each try solves a knapsack and prices it at least once
             break
         until = _share_of(deadline, tries - k)
         start = _looser(plan, budget, share, until)
@@ -202,7 +202,7 @@ def _descended(plan: "Plan", budget: float, deadline: float) -> tuple | None:
         plan.lowest = min(plan.lowest, (point.sim.peak_memory, point.S), key=lambda low: low[0])
         if point.fits(budget):
             return point.sim.compute_cost, point.R, point.S, set()
-        if _past(deadline):
+        if past(deadline):
             return None
     return None
 
@@ -278,10 +278,10 @@ def _grow(plan: "Plan", budget: float, best: tuple, weights: np.ndarray,
     cost, R, S, kept = best
     order = sorted(set(range(len(plan.gaps))) - kept, key=lambda k: -weights[k])
     improved = True
-    while improved and not _past(deadline):
+    while improved and not past(deadline):
         improved = False
         for k in order:
-            if _past(deadline) or meets(cost, bound):
+            if past(deadline) or meets(cost, bound):
                 break
             if k in kept:
                 continue
@@ -304,13 +304,13 @@ def _hold(plan: "Plan", budget: float, best: tuple, deadline: float,
     made without that stop; with it, after one)."""
     graph, (cost, R, S, kept) = plan.graph, best
     improved = True
-    while improved and not _past(deadline):
+    while improved and not past(deadline):
         improved = False
         found = _hold_repeats(plan, budget, R, S, window)
         if found is not None and found[0] < cost - 1e-12 * abs(cost):
             cost, R, S = found
         for t, v in _recomputations(graph, R):
-            if _past(deadline) or meets(cost, bound):
+            if past(deadline) or meets(cost, bound):
                 break
             if not R[t, v]:  # an earlier move removed it
                 continue
@@ -386,7 +386,7 @@ def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int
     rng = np.random.default_rng(seed)
     stall, spent = [0, 0], [0, 0]  # failed tries and work (plan.work): of kicks, of restarts
     start = last = plan.work  # last: when the best last improved
-    while not _past(deadline) and not meets(best[0], bound) and \
+    while not past(deadline) and not meets(best[0], bound) and \
             (min(stall) < STALL or plan.work - last < last - start):
         move, began = int(spent[1] < spent[0]), plan.work
         if move == 0:
@@ -508,7 +508,3 @@ class Plan:
                 weights[k] += graph.cost[d]
                 stack.extend(graph.deps[d])
         return weights
-
-
-def _past(deadline: float | None) -> bool:
-    return deadline is not None and time.perf_counter() > deadline
