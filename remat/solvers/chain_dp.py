@@ -112,7 +112,6 @@ as the simulator counts it.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import sys
 import threading
@@ -120,6 +119,7 @@ import time
 import weakref
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -219,12 +219,23 @@ def chain_of(graph: RematGraph) -> Chain:
                  bwd_ws=tuple(float(ws[2 * n - k]) for k in range(n)), loss_ws=float(ws[n]))
 
 
+class _Tables(NamedTuple):
+    """A chain's budget-independent tables (``_ChainDP._tables``), each indexed [s, t] (and
+    ``store_peak`` [top, s, t]) over the n + 1 layers."""
+
+    need: np.ndarray
+    store_peak: np.ndarray
+    own: np.ndarray
+    segment_id: np.ndarray
+
+
 TABLES_KEPT = 4
 """How many chains' budget-independent tables (``need``, ``store_peak``, ``own``,
 ``segment_id``, the C recursion's copy of them, the least-peak tables) stay cached: auto
 builds a chain's DP up to four times (segment count, least-peak schedule, persistent
 recursion, full class)."""
-_TABLES: dict[Chain, tuple] = {}
+_TABLES: dict[Chain, "_Tables"] = {}
+_LISTS: dict[Chain, "_Tables"] = {}
 _PACKED: dict[Chain, tuple] = {}
 _LEAST_TABLES: dict[tuple[Chain, bool], tuple] = {}
 _STATES: dict[Chain, object] = {}
@@ -298,18 +309,29 @@ class _ChainDP:
         self.fp = _prefix(self.fcost)
         self.bp = _prefix(self.bcost)
         self.base = [0.0] + list(self.mem[:n - 1])  # base[s]: size of a_{s-1}
-        # O(n^2) Python, 0.1 s at 384 layers; read-only, so shared by the chain's DPs
-        self.need, self.store_peak, self.own, self.segment_id = _kept(
-            _TABLES, chain, self._tables)
+        # numpy, O(n^2): 0.15 s at 1024 layers, 2.3 s at 4096 (in Python loops: 4.5 s at
+        # 2048, 26 s at 4096); read-only, so shared by the chain's DPs
+        self.arrays = _kept(_TABLES, chain, self._tables)
 
-    def _tables(self) -> tuple:
-        """(need, store_peak, own, segment_id): what does not depend on the budget."""
-        n = self.n
+    def _tables(self) -> "_Tables":
+        """What does not depend on the budget (``_Tables``)."""
         need, store_peak = _range_tables(self)
-        # own[m][t]: the largest of b_m..b_t's own candidates (need without a held base)
-        own = [list(itertools.accumulate(
-            (need[k][k] if k >= m else -INF for k in range(n)), max)) for m in range(n)]
-        return need, store_peak, own, _segment_ids(self)
+        # own[m, t]: the largest of b_m..b_t's own candidates (need without a held base)
+        own = np.full_like(need, -INF)
+        diagonal = need.diagonal()
+        for m in range(self.n):
+            own[m, m:] = np.maximum.accumulate(diagonal[m:])
+        return _Tables(need, store_peak, own, _segment_ids(self))
+
+    def __getattr__(self, name: str):
+        """``need``, ``store_peak``, ``own``, ``segment_id``: ``arrays`` as nested lists, for
+        the Python recursion (its scalar reads are faster on lists), made on first use and
+        kept per chain like the arrays."""
+        if name not in _Tables._fields or "arrays" not in self.__dict__:
+            raise AttributeError(name)
+        lists = _kept(_LISTS, self.c, lambda: _Tables(*(a.tolist() for a in self.arrays)))
+        self.__dict__.update(lists._asdict())
+        return self.__dict__[name]
 
     def store_cost(self, s: int, t: int, top: int) -> float:
         """Cost of stages b_t..b_s when every value is stored: each node once."""
@@ -622,7 +644,7 @@ class _ChainDP:
         root = (0, self.n - 1, 0)
         solve = solve or (lambda budget: self.best(*root, budget))
         high = self._persistent_min_peak()
-        low = self.need[0][self.n - 1] - (1.0 if whole else 0.0)  # known infeasible (or need)
+        low = self.arrays.need[0, self.n - 1] - (1.0 if whole else 0.0)  # known infeasible (or need)
         probe = high - 1.0 if whole else None
         while high - low > (1.0 if whole else 1e-12 * abs(high)):
             if probe is None:
@@ -658,7 +680,7 @@ class _ChainDP:
         above = np.array(self.grad[1:n + 1])  # above[t]: gradient over segment ..t
         workspace = np.array(self.fws)
         # one-layer segments: every value stored
-        single_peak = np.array([[self.store_peak[top][s][s] for s in range(n)] for top in (0, 1)])
+        single_peak = self.arrays.store_peak.diagonal(axis1=1, axis2=2).copy()
         single_cost = np.array([[self.store_cost(s, s, top) for s in range(n)] for top in (0, 1)])
         if use_c:  # the same loops in C: 1.6 s -> 0.2 s at 512 layers
             found = _chain_dp_c.least_peak(n, fp, mem, workspace, base, above, single_peak,
@@ -730,8 +752,9 @@ class _Graded:
         self.choice = np.zeros((2, n, n, levels + 1), dtype=np.int32)  # 2 * (j - s) + keep
         for top in (0, 1):
             for s in range(n):
-                if dp.store_peak[top][s][s] <= free_mem:
-                    self.cost[top, s, s] = np.where(budgets >= dp.store_peak[top][s][s],
+                single = dp.arrays.store_peak[top, s, s]
+                if single <= free_mem:
+                    self.cost[top, s, s] = np.where(budgets >= single,
                                                     dp.store_cost(s, s, top), INF)
         grid = np.arange(levels + 1)
         for length in range(1, n):
@@ -915,48 +938,61 @@ def _prefix(values) -> list[float]:
     return out
 
 
-def _segment_ids(dp: _ChainDP) -> list[list[int]]:
-    """``ids[s][t]``: equal for two segments exactly when their DP subproblems are identical
-    (same base size, same layer costs and sizes in order, same gradient above)."""
+def _segment_ids(dp: _ChainDP) -> np.ndarray:
+    """``ids[s, t]`` (0, 1, ... on and above the diagonal, -1 below): equal for two segments
+    exactly when their DP subproblems are identical (same base size, same layer costs and sizes in order, same
+    gradient above). Length by length: a segment's class is that of its prefix one layer
+    shorter and its last layer, so each length is one ``np.unique`` over O(n) pairs."""
     n = dp.n
-    layers = [(dp.fcost[k], dp.mem[k], dp.grad[k], dp.bcost[k], dp.fws[k], dp.bws[k])
-              for k in range(n)]
-    interned: dict[tuple, int] = {}
-    ids = [[-1] * n for _ in range(n)]
-    for s in range(n):
-        prefix = interned.setdefault(("base", dp.base[s]), len(interned))
-        for t in range(s, n):
-            prefix = interned.setdefault((prefix, layers[t]), len(interned))
-            ids[s][t] = interned.setdefault((prefix, "above", dp.grad[t + 1]), len(interned))
+    layers = np.array([(dp.fcost[k], dp.mem[k], dp.grad[k], dp.bcost[k], dp.fws[k], dp.bws[k])
+                       for k in range(n)]) + 0.0  # + 0.0: -0.0 equals 0.0, as in Python
+    kind = np.unique(layers, axis=0, return_inverse=True)[1].ravel()
+    above = _classes(np.array(dp.grad[1:n + 1]) + 0.0)  # above[t]: the gradient g_{t+1}
+    prefix = _classes(np.array(dp.base) + 0.0)  # prefix[s]: class of base a_{s-1}, a_s..a_t
+    ids, count = np.full((n, n), -1, dtype=np.intp), 0
+    for length in range(1, n + 1):
+        s = np.arange(n - length + 1)
+        t = s + length - 1
+        prefix = _classes(prefix[:len(s)] * (n + 1) + kind[t])
+        whole = _classes(prefix * (n + 1) + above[t])
+        ids[s, t] = count + whole
+        count += int(whole.max()) + 1
     return ids
 
 
-def _range_tables(dp: _ChainDP) -> tuple[list[list[float]], list[list[list[float]]]]:
-    """``need[s][t]``: the largest candidate of one backward node b_k, s <= k <= t (with base
+def _classes(values: np.ndarray) -> np.ndarray:
+    """Each value's class: equal values, equal classes, numbered 0, 1, ..."""
+    return np.unique(values, return_inverse=True)[1].ravel()
+
+
+def _range_tables(dp: _ChainDP) -> tuple[np.ndarray, np.ndarray]:
+    """``need[s, t]``: the largest candidate of one backward node b_k, s <= k <= t (with base
     a_{s-1}), counting only its operands, output and workspace: a lower bound for every
-    schedule of stages b_t..b_s. ``store_peak[top][s][t]``: the exact peak of stages
+    schedule of stages b_t..b_s. ``store_peak[top, s, t]``: the exact peak of stages
     b_t..b_s when every value is stored (each forward node of the sweep with its workspace,
-    then each b_k)."""
-    n, m, g = dp.n, dp.mem, dp.grad
-    prefix = _prefix(m)
-    out = [g[k] + dp.bws[k] for k in range(n)]  # what b_k allocates besides its operands
-    need = [[INF] * n for _ in range(n)]
-    store = [[[INF] * n for _ in range(n)] for _ in (0, 1)]
+    then each b_k). Row by row in numpy, with the float operations of the scalar loop (so
+    the same values to the bit), inf below the diagonal."""
+    n, m, g = dp.n, np.array(dp.mem), np.array(dp.grad)
+    prefix = np.array(_prefix(dp.mem))
+    out = g[:n] + np.array(dp.bws)  # what b_k allocates besides its operands
+    first = m + g[1:] + out  # b_s's operands (a_{s-1} is the base)
+    pair = np.full(n, -INF)  # b_k's operands, k > s
+    pair[1:] = m[:-1] + m[1:] + g[2:] + out[1:]
+    stored = prefix[1:] + g[1:] + out  # a_s..a_k resident, then b_k
+    sweep = prefix[1:] + np.array(dp.fws)  # f_i with a_s..a_{i-1} resident
+    need = np.full((n, n), INF)
+    store = np.full((2, n, n), INF)
     for s in range(n):
         base = dp.base[s]
-        operands = m[s] + g[s + 1] + out[s]
-        stored = prefix[s + 1] + g[s + 1] + out[s]
-        sweep = -INF  # largest prefix(s..i) + fws[i] over the sweep's nodes so far
-        for t in range(s, n):
-            if t > s:
-                operands = max(operands, m[t - 1] + m[t] + g[t + 1] + out[t])
-                stored = max(stored, prefix[t + 1] + g[t + 1] + out[t])
-            above = base + g[t + 1] - prefix[s]
-            need[s][t] = base + operands
-            # top=1: a_t is resident, the sweep stops at f_{t-1}; top=0: it computes f_t too
-            store[1][s][t] = max(base - prefix[s] + stored, above + m[t] + sweep)
-            sweep = max(sweep, prefix[t + 1] + dp.fws[t])
-            store[0][s][t] = max(base - prefix[s] + stored, above + sweep)
+        operands = pair[s:].copy()
+        operands[0] = first[s]
+        need[s, s:] = base + np.maximum.accumulate(operands)
+        kept = (base - prefix[s]) + np.maximum.accumulate(stored[s:])
+        above = base + g[s + 1:] - prefix[s]
+        swept = np.maximum.accumulate(sweep[s:])
+        # top=1: a_t is resident, the sweep stops at f_{t-1}; top=0: it computes f_t too
+        store[1, s, s:] = np.maximum(kept, above + m[s:] + np.concatenate(([-INF], swept[:-1])))
+        store[0, s, s:] = np.maximum(kept, above + swept)
     return need, store
 
 
@@ -996,8 +1032,7 @@ def distinct_segments(chain: Chain) -> int:
     their states): what its time grows with. Heterogeneous linear(n): (n+1)(n+2)/2, 8385 at
     n = 128 (persistent recursion in C 0.03-0.06 s, in Python ~2 s) and 18721 at 192 (C
     0.13-0.7 s, Python 12-38 s); unit chains 3n."""
-    ids = _ChainDP(chain, extended=False).segment_id
-    return len({i for row in ids for i in row if i >= 0})
+    return int(_ChainDP(chain, extended=False).arrays.segment_id.max()) + 1
 
 
 def persistent_cost(chain: Chain, free_mem: float, deadline: float | None = None,
@@ -1253,13 +1288,12 @@ def _packed(tables: _ChainDP) -> tuple:
     """The C recursion's table arguments for ``tables``' chain (``_chain_dp_c.c``), cached
     like the tables (a bisection calls it per probe: 30 ms each at 512 layers)."""
     def pack() -> tuple:
-        n, ids = tables.n, np.array(tables.segment_id)
-        segment = np.zeros((n, n), dtype=np.intc)
-        upper = ids >= 0
-        kinds, segment[upper] = np.unique(ids[upper], return_inverse=True)
+        arrays = tables.arrays
+        segment = np.maximum(arrays.segment_id, 0).astype(np.intc)
         return tuple(np.ascontiguousarray(v, dtype=np.float64) for v in (
             tables.fp, tables.bp, tables.fcost, tables.mem, tables.fws, tables.grad,
-            tables.base, tables.need, tables.own, tables.store_peak)) + (segment, len(kinds))
+            tables.base, arrays.need, arrays.own, arrays.store_peak)) + (
+                segment, int(arrays.segment_id.max()) + 1)
 
     return _kept(_PACKED, tables.c, pack)
 
