@@ -19,8 +19,9 @@ budget it runs:
 Each method proves its own bound within its own limit (cached bounds are dropped before each).
 
 ``--graphs chains``: for ``linear(n)``, n = 8..128 (``--chain-sizes``), unit and
-heterogeneous, at fractions 0, 0.1, 0.3, 0.6 of the way from chain-dp's smallest budget to the
-full peak: chain-dp's cost (or each of ``--chain-methods``) against the bound it proves
+heterogeneous, at fractions 0, 0.1, 0.3, 0.6 of the way from chain-dp's smallest budget (past
+``chain_dp.LEAST_PEAK_LAYERS`` layers: one node's operands, ``peak_lower_bound``, which it
+equals on linear(1024) and heterogeneous linear(2048)) to the full peak: chain-dp's cost (or each of ``--chain-methods``) against the bound it proves
 (equal: the schedule is optimal over all schedules).
 
 Each row: cost and bound as multiples of the graph's total cost (1.0 = no recomputation), the
@@ -82,11 +83,14 @@ def plain_milp(graph, budget, limit):
 def chain_rows(limit, sizes=(8, 16, 32, 64, 128), methods=("chain-dp",)):
     """``methods`` (chain-dp, auto) against their proven bounds on linear chains."""
     from remat.schedule.budget import checkpoint_all_peak
+    from remat.solvers.bounds import peak_lower_bound
+    from remat.solvers.chain_dp import LEAST_PEAK_LAYERS
 
     for n in sizes:
         for unit in (True, False):
             graph = remat.graphs.linear(n, unit=unit)
-            least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+            least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget \
+                if n <= LEAST_PEAK_LAYERS else peak_lower_bound(graph)
             for fraction in (0.0, 0.1, 0.3, 0.6):
                 budget = least + fraction * (checkpoint_all_peak(graph) - least)
                 for method in methods:

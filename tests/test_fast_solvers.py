@@ -548,6 +548,86 @@ def test_chain_dp_runs_only_the_strided_recursions_on_long_heterogeneous_chains(
     chain_dp.forget_states()
 
 
+def test_chain_dp_tables_match_their_definitions():
+    """The numpy tables (``_range_tables``, ``_segment_ids``, ``own``) against the definitions
+    written as plain loops: need and store_peak value for value, own as the running largest
+    need[k, k], and segment ids equal exactly where the content (base, layers in order,
+    gradient above) is. Random chains of few kinds of layer, so that many segments repeat."""
+    from remat.solvers import chain_dp
+
+    for n, seed in [(1, 0), (2, 1), (7, 2), (19, 3), (40, 4)]:
+        rng = np.random.default_rng(seed)
+        graph = random_chain(n, seed)
+        kinds = rng.integers(0, 3, n)  # few kinds: copy layer kind k's costs and sizes
+        cost, mem = graph.cost.copy(), graph.mem.copy()
+        for k in range(n):
+            for node in (k, 2 * n - k):
+                cost[node], mem[node] = graph.cost[kinds[k]], graph.mem[kinds[k]]
+        graph = remat.RematGraph(graph.names, cost, mem, graph.deps, graph.is_backward,
+                                 static_mem=graph.static_mem)
+        dp = chain_dp._ChainDP(chain_of(graph), extended=False)
+        m, g, size = dp.mem, dp.grad, dp.n
+        out = [g[k] + dp.bws[k] for k in range(size)]
+        content = {}
+        for s in range(size):
+            for t in range(s, size):
+                operands = max([m[s] + g[s + 1] + out[s]] + [
+                    m[k - 1] + m[k] + g[k + 1] + out[k] for k in range(s + 1, t + 1)])
+                assert dp.arrays.need[s, t] == dp.base[s] + operands
+                resident = max(sum(m[s:k + 1]) + g[k + 1] + out[k] for k in range(s, t + 1))
+                sweep = [sum(m[s:i]) + m[i] + dp.fws[i] for i in range(s, t + 1)]
+                above = dp.base[s] + g[t + 1]
+                for top in (0, 1):
+                    swept = max(sweep[:t - s + 1 - top], default=-np.inf)
+                    want = max(dp.base[s] + resident, above + m[t] * top + swept)
+                    assert dp.arrays.store_peak[top, s, t] == pytest.approx(want, rel=1e-12)
+                key = (dp.base[s], tuple((dp.fcost[k], m[k], g[k], dp.bcost[k], dp.fws[k],
+                                          dp.bws[k]) for k in range(s, t + 1)), g[t + 1])
+                content.setdefault(key, set()).add(int(dp.arrays.segment_id[s, t]))
+                assert dp.arrays.own[s, t] == max(dp.arrays.need[k, k] for k in range(s, t + 1))
+        ids = [next(iter(found)) for found in content.values()]
+        assert all(len(found) == 1 for found in content.values())  # equal content, equal id
+        assert len(set(ids)) == len(ids) == int(dp.arrays.segment_id.max()) + 1  # and only then
+        assert (dp.arrays.segment_id[np.tril_indices(size, -1)] == -1).all()
+        assert dp.need == dp.arrays.need.tolist()  # the Python recursion's lists
+
+
+def test_auto_on_chains_past_the_least_peak_length(monkeypatch):
+    """Past ``LEAST_PEAK_LAYERS`` (``auto.LONG_CHAIN``; lowered here to 64 so that linear(96)
+    is past it), chain-dp runs only its strided recursions, even on a unit chain, and builds
+    no least-peak schedule; auto runs it first, then retention, without the greedy baselines,
+    searches no floor, and its result fits with a bound proved. Below one node's operands the
+    budget is still proven infeasible."""
+    from remat.solvers import auto, chain_dp, peak_floor
+
+    assert chain_dp.COMPILED, "the C extension was not built (make setup)"
+    monkeypatch.setattr(chain_dp, "LEAST_PEAK_LAYERS", 64)
+    monkeypatch.setattr(chain_dp, "WHOLE_LAYERS", (48, 4))
+    monkeypatch.setattr(auto, "LONG_CHAIN", 64)
+    for unit in (True, False):
+        graph = remat.graphs.linear(96, unit=unit)
+        assert chain_dp.strided_only(chain_of(graph))
+        methods = auto.candidate_methods(graph)
+        assert methods[:2] == ["chain-dp", "retention"]
+        assert not set(auto.LONG_CHAIN_SKIPS) & set(methods) and "checkpoint-all" in methods
+        budget = parse_budget("30%", graph)
+        sol = solver("chain-dp")(graph, budget, SolveOptions(time_limit=10))
+        assert sol.feasible and sol.peak_memory <= budget
+        assert sol.details["fallback"].startswith("strided-")
+        assert graph not in chain_dp._LEAST_PEAK
+        found = solver("auto")(graph, budget, SolveOptions(time_limit=20))
+        assert found.feasible and found.peak_memory <= budget
+        assert found.details["tried"][0] == "chain-dp"
+        assert found.compute_cost <= sol.compute_cost * (1 + 1e-12)
+        assert found.lower_bound > graph.total_cost  # the bound proved something
+        assert graph not in peak_floor._CACHE and graph not in chain_dp._LEAST_PEAK
+        low = solver("auto")(graph, peak_floor.peak_lower_bound(graph) - 1,
+                             SolveOptions(time_limit=5))
+        assert low.proven_infeasible
+    chain_dp._STRIDED.clear()
+    chain_dp.forget_states()
+
+
 def test_after_waiting_for_the_thread_chain_dp_has_only_the_time_left(monkeypatch):
     """Where chain-dp's recursion waited for one running ahead until its deadline, its own
     search gets the time left (none), not the time it had before the wait: it ran a second
@@ -732,8 +812,9 @@ def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkey
     fake clock: each method uses all it is given); griewank does not run. On unit
     linear(192) chain-dp runs first (where it proves, the baselines never run). Past
     ``CHAIN_DP_MAX`` layers, up to ``LONG_CHAIN`` (in C), chain-dp runs first on unit chains,
-    last (its strided recursions only) on heterogeneous ones; past that there is no chain-dp
-    (retention still goes early)."""
+    last (its strided recursions only) on heterogeneous ones; past that, in C, chain-dp's
+    strided recursions first, then retention (after auto's bound), then the baselines; in
+    Python no chain-dp (retention still goes early)."""
     from types import SimpleNamespace
 
     from remat.solvers import auto
@@ -756,7 +837,8 @@ def test_auto_puts_chain_dp_after_retention_on_large_heterogeneous_chains(monkey
     longest = max(longest, auto.LONG_CHAIN)
     for unit in (True, False):
         past = auto.candidate_methods(remat.graphs.linear(longest + 1, unit=unit))
-        assert "chain-dp" not in past and past[:2] == ["checkpoint-all", "retention"]
+        assert past[:2] == (["chain-dp", "retention"] if auto.COMPILED else
+                            ["checkpoint-all", "retention"]) and "griewank" not in past
     clock, given = [0.0], {}
     stand_in = solver("chen-sqrtn")(graph, parse_budget("60%", graph), SolveOptions())
 

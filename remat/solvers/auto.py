@@ -20,7 +20,10 @@ its local search); then ``milp``, started from the best schedule so far, on grap
 ``MILP_MAX_NODES`` nodes, or the LP relaxation with rounding (``lp-rounding``, whose LP
 optimum is a proven bound) up to ``LP_MAX_NODES``.
 Where chain-dp searched its whole class and no milp follows, the rest of the time goes to
-the bound (``_proof_left``).
+the bound (``_proof_left``). On chains past ``LONG_CHAIN`` layers (``_long_chain``):
+chain-dp's strided recursions first, then auto's bound with most of the time left
+(``LONG_BOUND_SHARE``, less its overrun, ``LONG_BOUND_OVERRUN``), retention where that bound's
+knapsack is solved, and the baselines while time is left (none starts past the limit).
 A budget below the least possible peak (``peak_floor.below_floor``: one node's operands, then
 the pebbling bound; no schedule fits, proven) ends the call early with the least budget auto
 can meet (``_below_floor``). Where no method found a schedule above it and none proved that
@@ -41,9 +44,9 @@ from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
 from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, method_applies,
                                 solver)
-from remat.solvers.bounds import bound_time, meets, retention_bound
-from remat.solvers.chain_dp import (COMPILED, Ahead, chain_of, distinct_segments, least_peak,
-                                    persistent_fits, strided_only)
+from remat.solvers.bounds import Bound, bound_time, meets, retention_bound
+from remat.solvers.chain_dp import (COMPILED, LEAST_PEAK_LAYERS, Ahead, chain_of,
+                                    distinct_segments, least_peak, persistent_fits, strided_only)
 from remat.solvers.min_budget import min_budget
 from remat.solvers.peak_floor import below_floor, known_floor, reached
 
@@ -77,14 +80,39 @@ heterogeneous linear(320) 1.8-6.6 s; unit chains of 768 layers 0.5-1.7 s, and th
 least-peak schedule (``least_peak``, which auto records where no persistent schedule fits)
 2.0 s (6.7 s before its tables ran in C). In Python: 10-12 s on unit chains of 384 layers,
 26 s to over 30 s at 512, 59-95 s on heterogeneous linear(256) (33153 segments)."""
-LONG_CHAIN = 1024 if COMPILED else 0
+LONG_CHAIN = LEAST_PEAK_LAYERS if COMPILED else 0
 """Past ``CHAIN_DP_MAX`` layers, chain-dp still runs on chains of up to this many layers:
 first on chains of few kinds of layer (a unit chain has 1), whose DP has few segments (3n on
 unit chains): linear(1024, unit): chain-dp alone proves 10 / 30 / 60% of the budget range in
 7.2 / 3.4 / 1.7 s, where auto without it returned chen-greedy's schedule after 32 s (0.3-4.2%
 above its bound); after retention, only its strided recursions, on the others
-(``chain_dp.strided_only``). At 2048 layers the least-peak record alone takes 34 s and
-chain-dp's recursion times out at 30% of linear(2048, unit)."""
+(``chain_dp.strided_only``). Past it (``_long_chain``) chain-dp runs first, only its strided
+recursions, on every chain; then auto's bound (``LONG_BOUND_SHARE``), retention, and the
+baselines while time is left. Before, auto left chain-dp out there and overran its limit:
+heterogeneous linear(2048) at 30% of its budget range took 76 s of 30 (a floor search of 3.3
+s, retention 65 s of 10.6, then ap-sqrtn's 1.3225 of the total cost, no bound); now 18.8 s,
+retention's 1.1040, proven optimal (chain-dp's strided recursion found 1.1296 in 1.8 s)."""
+LONG_BOUND_SHARE = 2 / 3
+"""On chains past ``LONG_CHAIN`` (``_long_chain``), the share of the time left after chain-dp
+that auto's bound gets, and retention runs only where that bound's knapsack is solved
+(``Bound.kept_solved``) and chain-dp found a schedule: the knapsack is over thousands of gaps (heterogeneous linear(2048) at 30% of its
+budget range: 10-17 s), and retention built from a knapsack cut short kept one gap of 2048
+and took 65 s of its 10.6 s (a schedule of 343 times the total cost, whose tightening and two
+simulations each took 5-12 s); at linear(2048, unit)'s least peak, where no strided schedule
+fits, retention's 512 times the total cost took 31 s past auto's limit."""
+LONG_BOUND_OVERRUN = 2.5 / 2048 ** 2
+"""Seconds per squared layer by which auto's bound on a chain past ``LONG_CHAIN`` may run past
+its limit (its model is built first, and HiGHS sets up O(n^2) nonzeros before it looks at the
+clock: heterogeneous linear(2048), 5.3 s for 3; linear(4096), 26 s for 16, and 10.7 s from a
+cancel to its answer): the bound's limit is its share less this, and where that leaves less
+than ``bounds.bound_time`` it is not started."""
+LONG_CHAIN_SKIPS = ("chen-greedy", "ap-greedy")
+"""The baselines auto leaves out on chains past ``LONG_CHAIN``: they simulate a schedule per
+candidate, seconds each there, and never beat chain-dp's strided schedule: at 30% of
+heterogeneous linear(2048)'s budget range 1.2227 of the total cost in 9.1 and 8.6 s, against
+1.1296 in 1.8 s; at 10% of linear(4096, unit) chen-greedy's 25.5 s gave 1.4540, chain-dp 1.4498
+in 4.4 s; at heterogeneous linear(2048)'s least peak chen-greedy took 8.2 s of its 7.9 and
+found no schedule."""
 BEFORE_BOUND = CLASSIC + ("chain-dp",)
 """The methods auto runs before proving its own bound: the classic baselines take
 milliseconds, and chain-dp proves its own, stopping as soon as it meets its cost (auto's, with
@@ -131,6 +159,10 @@ def _methods(graph: RematGraph, after: bool | None) -> list[str]:
         methods.append("chain-dp")
     elif after is not None:  # first where quick: where it proves, nothing else runs
         methods.insert(0, "chain-dp")
+    if _long_chain(graph, after):  # then the bound and retention, before the baselines
+        methods.remove("retention")
+        methods.insert(1, "retention")
+        methods = [m for m in methods if m not in LONG_CHAIN_SKIPS]
     if graph.size <= MILP_MAX_NODES:
         methods.append("milp")
     elif graph.size <= LP_MAX_NODES:
@@ -149,15 +181,22 @@ def _chain_dp_order(graph: RematGraph) -> tuple[bool | None, bool]:
     if not method_applies("chain-dp", graph):
         return None, False
     layers, chain = len(graph.forward_nodes) - 1, chain_of(graph)
+    if strided_only(chain):  # its strided recursions: after retention (in a thread), or first
+        return layers <= LONG_CHAIN, False
     if layers > max(CHAIN_DP_MAX[0], LONG_CHAIN):
         return None, False
-    if strided_only(chain):  # its strided recursions, after retention (and in a thread)
-        return True, False
     segments = distinct_segments(chain)
     if segments > CHAIN_DP_MAX[1]:
         return None, False
     after = CHAIN_DP_FIRST[0] < layers <= CHAIN_DP_MAX[0] or segments > CHAIN_DP_FIRST[1]
     return after, not after and segments > RETENTION_TRY[0]
+
+
+def _long_chain(graph: RematGraph, after: bool | None) -> bool:
+    """Whether ``graph`` is a chain past ``LONG_CHAIN`` layers on which chain-dp, first, runs
+    only its strided recursions (in C): there no least-peak schedule is recorded and no floor
+    searched (``_floor``), and auto's bound gets most of the time (``LONG_BOUND_SHARE``)."""
+    return after is False and LONG_CHAIN > 0 and len(graph.forward_nodes) - 1 > LONG_CHAIN
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
@@ -194,16 +233,22 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
     place), after the results ``tried`` before them, then the result."""
     known = None  # auto's own bound: proved before the first method that needs it
     results: list[Solution] = list(tried)
-    methods = _methods(graph, after)
+    methods, long = _methods(graph, after), _long_chain(graph, after)
     proof = None  # chain-dp's schedule stands: the rest of the time goes to the bound
     for k, name in enumerate(methods):
         if proof is not None and name not in CLASSIC:
             continue
         # exact methods start from the best schedule so far instead of rerunning the baselines
         best = _cheapest(results)
+        if long and time.perf_counter() >= deadline:
+            break  # on such chains no method takes milliseconds (checkpoint-all: 1.1 s)
         if known is None and name not in BEFORE_BOUND:
-            known = retention_bound(graph, budget, bound_time(options.time_limit),
-                                    options.threads).value
+            proved = _long_bound(graph, budget, deadline, options.time_limit,
+                                 options.threads) if long else \
+                retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
+            known = proved.value
+            if long and name == "retention" and (not proved.kept_solved or best is None):
+                continue
         if best is not None and meets(best.compute_cost, _bound(known, results),
                                       options.mip_rel_gap):
             break  # a bound already proves it: slower methods cannot do better
@@ -218,7 +263,7 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
             graph, budget, max(deadline - time.perf_counter(), MIN_STEP_SECONDS),
             options.threads, enough=_cheapest(results).compute_cost).value)
     feasible = [r for r in results if r.feasible]
-    if not feasible and not any(r.proven_infeasible for r in results):
+    if not feasible and not any(r.proven_infeasible for r in results) and not long:
         results += _lowest_left(graph, budget, options, deadline)
         feasible = [r for r in results if r.feasible]
     elapsed = time.perf_counter() - start
@@ -236,6 +281,19 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
                            tried=[r.method for r in results])
 
 
+def _long_bound(graph: RematGraph, budget: float, deadline: float, limit: float,
+                threads: int | None) -> Bound:
+    """Auto's bound on a chain past ``LONG_CHAIN``: ``LONG_BOUND_SHARE`` of the time left less
+    its overrun (``LONG_BOUND_OVERRUN``), where that is at least ``bound_time(limit)``; else
+    the trivial bound (every node once)."""
+    layers = len(graph.forward_nodes) - 1
+    seconds = LONG_BOUND_SHARE * (deadline - time.perf_counter()) - \
+        LONG_BOUND_OVERRUN * layers ** 2
+    if seconds < bound_time(limit):
+        return Bound(float(graph.total_cost), "timeout", 0.0, 0, seconds)
+    return retention_bound(graph, budget, seconds, threads)
+
+
 def _floor(graph: RematGraph, budget: float, options: SolveOptions,
            after: bool | None) -> float | None:
     """``below_floor``'s proven least peak where ``budget`` is below it, else None. On chains
@@ -243,13 +301,19 @@ def _floor(graph: RematGraph, budget: float, options: SolveOptions,
     feasible: its recursion, kept per chain, then answers chain-dp again at once, and the
     least-peak record is not needed (0.55 s of a 1.4 s call on linear(512, unit)). Other
     chains record their least-peak persistent schedule first (``reached``: no floor search).
-    ``after``: chain-dp's place (``_chain_dp_order``)."""
-    if after is False and COMPILED:
+    Past ``LONG_CHAIN`` layers neither (the least-peak tables are O(n^3), the floor search
+    took 9.7 s of 1.5 on linear(4096)): only one node's operands, which the least peak meets
+    on every linear(n) measured (up to 2048 layers). ``after``: chain-dp's place
+    (``_chain_dp_order``)."""
+    chain = None if after is None else chain_of(graph)
+    if _long_chain(graph, after):
+        return below_floor(graph, budget, options.time_limit, search=False)
+    if after is False and COMPILED and not strided_only(chain):
         seconds = min(options.time_limit / 4, CHAIN_DP_SECONDS)
-        if persistent_fits(chain_of(graph), float(budget) - graph.static_mem,
+        if persistent_fits(chain, float(budget) - graph.static_mem,
                            time.perf_counter() + seconds):
             return None
-    if after is not None:
+    if after is not None and chain.n <= LONG_CHAIN:
         reached(graph, least_peak(graph))
     return below_floor(graph, budget, options.time_limit)
 
@@ -288,7 +352,10 @@ def _lowest_left(graph: RematGraph, budget: float, options: SolveOptions,
     goes to the least peak (``min_budget`` without its MILP: the best baseline lowered by the
     peak descent), as a schedule if it fits, else as the least budget auto reports. gpt2 at
     op level, 20% (30 s): retention (15 s) and lp-rounding find nothing, and their least
-    budget is 3628040 B; the 5 s left reach 3254280 B."""
+    budget is 3628040 B; the 5 s left reach 3254280 B. Not on chains past ``LONG_CHAIN``
+    (``_run_methods``), where the schedules near the least peak recompute O(n^2) nodes: on
+    heterogeneous linear(2048) at its least peak it took 55.6 s of the 7.6 s left and found
+    none."""
     left = deadline - time.perf_counter()
     if left < LOWEST_LEFT_SECONDS:
         return []
@@ -329,7 +396,8 @@ def _proof_left(result: Solution, later: list[str]) -> str | None:
     chain-dp's cost, and the bound unproven at 30.4 s; the bound, given the 18.7 s left after
     the baselines, proves it optimal (28.1 s in all; bench/results/fast_notes.md, session 19).
     None otherwise."""
-    if result.method != "chain-dp" or "milp" in later or not result.feasible:
+    if result.method != "chain-dp" or "milp" in later or not result.feasible or \
+            "fallback" in result.details:  # its class was not searched
         return None
     if result.status != "optimal" and result.details.get("optimal_in_class"):
         return "now"

@@ -73,6 +73,9 @@ class Bound:
     recompute_skipped: bool = False
     """The recompute model applied but was not run (no ``enough``): a call with a schedule
     this bound does not meet solves again."""
+    kept_solved: bool = False
+    """``kept`` is the optimum of its knapsack, not the best solution of one cut short (which
+    on heterogeneous linear(2048) kept one gap of 2048)."""
 
 
 PROVEN_RTOL = 1e-7
@@ -223,7 +226,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
         return Bound(total, "optimal", time.perf_counter() - start, 0, time_limit)
     # objective = rebuilds - (cost of the kept gaps); its dual bound is a lower bound on it
     base = total + float(sum(graph.cost[v] for v, _, _ in columns))
-    value, status, kept, skipped = total, "optimal", None, False
+    value, status, kept, skipped, solved_kept = total, "optimal", None, False, False
     size = moment_size(graph) if {"moment", "recompute"} & set(models) else 0
     solved: set[tuple[int, bool]] = set()  # what each gap model solved added to the first
 
@@ -284,13 +287,14 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
         value = max(value, _safe(graph, offset + result.bound))
         if gap_columns is not None and result.x is not None:
             kept = frozenset(k for k, col in enumerate(gap_columns) if result.x[col] > 0.5)
+            solved_kept = result.status == "optimal"
         if enough is not None and meets(enough, value):
             break  # the bound is the optimum: nothing higher exists
         if result.status != "optimal":
             status = "timeout"
             break
     return Bound(value, status, time.perf_counter() - start, len(columns), time_limit, kept,
-                 skipped)
+                 skipped, solved_kept)
 
 
 def _jumps(graph: RematGraph, gap_model: bool) -> bool:

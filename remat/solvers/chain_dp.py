@@ -90,8 +90,9 @@ only at every fourth or second layer, ``STRIDES``) and the recursion's on a budg
 384), on as many levels as the time left allows (heterogeneous linear(192) at its least
 peak: 1.33 of the total cost, the least-peak schedule 1.90); where the caller has a schedule
 already (``SolveOptions.initial``), the recursion gets the whole limit. On heterogeneous chains
-of more than 512 layers a call with a time limit runs only these fallbacks
-(``strided_only``: the whole recursion is not done in 60 s at 1024 layers). ``solve`` skips the
+of more than 512 layers, and on every chain of more than ``LEAST_PEAK_LAYERS``, a call with a
+time limit runs only these fallbacks (``strided_only``: the whole recursion is not done in 60
+s at 1024 layers), past ``LEAST_PEAK_LAYERS`` without the least-peak schedule. ``solve`` skips the
 search of the full class where the retention bound already meets the persistent cost, and
 gives what is left of the limit to the bound where it does not meet the final cost.
 
@@ -167,7 +168,15 @@ limit it runs to the end): heterogeneous linear(1024) (525821 segments) at 10% a
 budget range was not done in 60 s (a 30 s chain-dp call, 22 s of it in that recursion, peaked at
 539 MB of process memory); its stride 4 found 1.2149 of the total cost at 10% in 10.5 s, where
 chen-greedy's 1.2671 was auto's best (``python bench/bench_fast.py strided --sizes 1024``). Unit
-chains (one kind) keep it: 7.2 s at 10% of linear(1024, unit)."""
+chains (one kind) keep it up to ``LEAST_PEAK_LAYERS``: 7.2 s at 10% of linear(1024, unit)."""
+LEAST_PEAK_LAYERS = 1024
+"""On longer chains chain-dp builds no least-peak persistent schedule (``least_peak_tables``
+are O(n^3), in C 0.21 s at 512 layers, 2.3 s at 1024, 29 s at 2048), and a call with a time
+limit runs only the strided recursions (``strided_only``), whatever its kinds of layer: on
+linear(2048, unit) the whole recursion took 60 s at 10% of checkpoint-all's peak (and returned
+the least-peak schedule, 512 times the total cost) and at 30% found nothing in 30 s, where
+strides 16 and 8 found 1.4503 and 1.3503 in 0.4 and 0.1 s (its 60%: the optimum, 1.2001, in
+0.2 s; the whole recursion took 19.9 s)."""
 _SLACK = 1e-12
 
 
@@ -1190,9 +1199,11 @@ def layer_kinds(chain: Chain) -> int:
 
 def strided_only(chain: Chain) -> bool:
     """Whether chain-dp, given a time limit, runs only its fallbacks (the strided recursions
-    first) on this chain, never the whole persistent recursion (``WHOLE_LAYERS``); in C only.
-    Below the least-peak persistent schedule it reports that peak as the least budget."""
-    return COMPILED and chain.n > WHOLE_LAYERS[0] and layer_kinds(chain) > WHOLE_LAYERS[1]
+    first) on this chain, never the whole persistent recursion (``WHOLE_LAYERS``,
+    ``LEAST_PEAK_LAYERS``); in C only. Below the least-peak persistent schedule (up to
+    ``LEAST_PEAK_LAYERS``) it reports that peak as the least budget."""
+    return COMPILED and chain.n > WHOLE_LAYERS[0] and (
+        layer_kinds(chain) > WHOLE_LAYERS[1] or chain.n > LEAST_PEAK_LAYERS)
 
 
 def strides(n: int) -> tuple[int, ...]:
@@ -1362,7 +1373,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     deadline = None if options.time_limit is None else start + options.time_limit
     chain = chain_of(graph)
     if deadline is not None and strided_only(chain):
-        least = least_peak(graph)  # a persistent schedule's: below it none of this class fits
+        # a persistent schedule's least peak: below it none of this class fits
+        least = least_peak(graph) if chain.n <= LEAST_PEAK_LAYERS else -INF
         if budget < least:
             return Solution.infeasible(graph, "chain-dp", budget, min_budget=least,
                                        solve_time=time.perf_counter() - start)
@@ -1427,20 +1439,23 @@ def _before(start: float, deadline: float | None, reserve: float) -> float | Non
 def _fallback(graph: RematGraph, chain: Chain, budget: float, start: float,
               deadline: float) -> Solution:
     """What ``solve`` returns when its time ran out before the persistent recursion finished:
-    the cheapest that fits of the least-peak persistent schedule (``least_peak_tables``), the
-    strided recursions' (``strides``: those ``Ahead`` recorded at this budget, else, in C,
-    run here within the time left) and ``_Graded``'s on grids of ``GRADED_LEVELS``, twice as
-    many, ... levels (while the last run, taken 2.2 times, still ends before ``deadline``; a
-    grid still running at ``deadline`` is dropped), status "timeout" with the trivial bound
-    (every node once); no schedule if none fits."""
+    the cheapest that fits of the least-peak persistent schedule (``least_peak_tables``; up to
+    ``LEAST_PEAK_LAYERS``), the strided recursions' (``strides``: those ``Ahead`` recorded at
+    this budget, else, in C, run here within the time left) and, except on ``strided_only``
+    chains, ``_Graded``'s on grids of ``GRADED_LEVELS``, twice as many, ... levels (while the
+    last run, taken 2.2 times, still ends before ``deadline``; a grid still running at
+    ``deadline`` is dropped: on heterogeneous linear(1024) the first grid took the 19 s
+    left of a 30 s call and found nothing), status "timeout" with the trivial bound (every node
+    once); no schedule if none fits."""
     free_mem = float(budget) - graph.static_mem
-    dp = _ChainDP(chain, extended=False)
-    found = _fitting(graph, budget, dp.least_peak_ops, "least-peak")
+    dp, strided = _ChainDP(chain, extended=False), strided_only(chain)
+    found = _fitting(graph, budget, dp.least_peak_ops, "least-peak") \
+        if chain.n <= LEAST_PEAK_LAYERS else []
     for _, stride, ops in _strided_at(dp, usable(chain, free_mem), deadline):
         found += _fitting(graph, budget, lambda out, ops=ops: out.extend(ops),
                           f"strided-{stride}")
     took, levels = 0.0, GRADED_LEVELS
-    while free_mem > 0 and time.perf_counter() + 2.2 * took < deadline:
+    while not strided and free_mem > 0 and time.perf_counter() + 2.2 * took < deadline:
         began = time.perf_counter()
         try:
             graded = _Graded(dp, free_mem, levels, deadline)

@@ -77,14 +77,15 @@ _CACHE: "weakref.WeakKeyDictionary[RematGraph, PeakFloor]" = weakref.WeakKeyDict
 _REACHED: "weakref.WeakKeyDictionary[RematGraph, float]" = weakref.WeakKeyDictionary()
 
 
-def below_floor(graph: RematGraph, budget: float, time_limit: float | None) -> float | None:
+def below_floor(graph: RematGraph, budget: float, time_limit: float | None,
+                search: bool = True) -> float | None:
     """The proven least peak (bytes) where ``budget`` is below it, else None: no schedule of
-    ``graph`` fits then. ``peak_lower_bound`` first (no search), then ``peak_floor``, unless
-    a schedule is known to peak within the budget (``reached``)."""
+    ``graph`` fits then. ``peak_lower_bound`` first (no search), then ``peak_floor`` (if
+    ``search``), unless a schedule is known to peak within the budget (``reached``)."""
     operands = peak_lower_bound(graph)
     if budget < operands:
         return operands
-    if budget >= _REACHED.get(graph, math.inf):
+    if not search or budget >= _REACHED.get(graph, math.inf):
         return None  # some schedule fits: no floor is above the budget
     floor = peak_floor(graph, floor_seconds(time_limit)).value
     return floor if budget < floor else None
