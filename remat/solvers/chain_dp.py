@@ -173,10 +173,11 @@ LEAST_PEAK_LAYERS = 1024
 """On longer chains chain-dp builds no least-peak persistent schedule (``least_peak_tables``
 are O(n^3), in C 0.21 s at 512 layers, 2.3 s at 1024, 29 s at 2048), and a call with a time
 limit runs only the strided recursions (``strided_only``), whatever its kinds of layer: on
-linear(2048, unit) the whole recursion took 60 s at 10% of checkpoint-all's peak (and returned
-the least-peak schedule, 512 times the total cost) and at 30% found nothing in 30 s, where
-strides 16 and 8 found 1.4503 and 1.3503 in 0.4 and 0.1 s (its 60%: the optimum, 1.2001, in
-0.2 s; the whole recursion took 19.9 s)."""
+linear(2048, unit), at 10% of checkpoint-all's peak, a 30 s call took 60 s and returned the
+least-peak schedule (512 times the total cost), at 30% its whole recursion was not done in 30
+s (its fallback: stride 16, 1.3503), where strides 16 and 8 alone found 1.4503 and 1.3503 in
+0.4 and 0.1 s; at 60% they found its optimum, 1.2001, in 0.2 s, the whole recursion in 19.9
+s."""
 _SLACK = 1e-12
 
 
