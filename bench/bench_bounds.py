@@ -21,8 +21,9 @@ Each method proves its own bound within its own limit (cached bounds are dropped
 ``--graphs chains``: for ``linear(n)``, n = 8..128 (``--chain-sizes``), unit and
 heterogeneous, at fractions 0, 0.1, 0.3, 0.6 of the way from chain-dp's smallest budget (past
 ``chain_dp.LEAST_PEAK_LAYERS`` layers: one node's operands, ``peak_lower_bound``, which it
-equals on linear(1024) and heterogeneous linear(2048)) to the full peak: chain-dp's cost (or each of ``--chain-methods``) against the bound it proves
-(equal: the schedule is optimal over all schedules).
+equals on linear(1024) and heterogeneous linear(2048)) to the full peak: chain-dp's cost (or
+each of ``--chain-methods``) against the bound it proves (equal: the schedule is optimal over
+all schedules).
 
 Each row: cost and bound as multiples of the graph's total cost (1.0 = no recomputation), the
 certified gap (cost / bound - 1) and the wall time. Timings are wall clock on a shared 2-core

@@ -552,19 +552,23 @@ def test_chain_dp_tables_match_their_definitions():
     """The numpy tables (``_range_tables``, ``_segment_ids``, ``own``) against the definitions
     written as plain loops: need and store_peak value for value, own as the running largest
     need[k, k], and segment ids equal exactly where the content (base, layers in order,
-    gradient above) is. Random chains of few kinds of layer, so that many segments repeat."""
+    gradient above) is. Random chains of few kinds of layer, so that many segments repeat,
+    with workspaces, and sizes of whole bytes or not."""
     from remat.solvers import chain_dp
 
     for n, seed in [(1, 0), (2, 1), (7, 2), (19, 3), (40, 4)]:
         rng = np.random.default_rng(seed)
         graph = random_chain(n, seed)
         kinds = rng.integers(0, 3, n)  # few kinds: copy layer kind k's costs and sizes
-        cost, mem = graph.cost.copy(), graph.mem.copy()
+        cost, mem = graph.cost.copy(), graph.mem * (0.37 if seed % 2 else 1.0)
+        workspace = rng.integers(0, 4, graph.size).astype(float)
         for k in range(n):
             for node in (k, 2 * n - k):
-                cost[node], mem[node] = graph.cost[kinds[k]], graph.mem[kinds[k]]
+                copied = kinds[k] if node == k else 2 * n - kinds[k]
+                cost[node], mem[node] = graph.cost[copied], mem[copied]
+                workspace[node] = workspace[copied]
         graph = remat.RematGraph(graph.names, cost, mem, graph.deps, graph.is_backward,
-                                 static_mem=graph.static_mem)
+                                 static_mem=graph.static_mem, workspace=workspace)
         dp = chain_dp._ChainDP(chain_of(graph), extended=False)
         m, g, size = dp.mem, dp.grad, dp.n
         out = [g[k] + dp.bws[k] for k in range(size)]
@@ -573,7 +577,7 @@ def test_chain_dp_tables_match_their_definitions():
             for t in range(s, size):
                 operands = max([m[s] + g[s + 1] + out[s]] + [
                     m[k - 1] + m[k] + g[k + 1] + out[k] for k in range(s + 1, t + 1)])
-                assert dp.arrays.need[s, t] == dp.base[s] + operands
+                assert dp.arrays.need[s, t] == dp.base[s] + operands  # the same float sums
                 resident = max(sum(m[s:k + 1]) + g[k + 1] + out[k] for k in range(s, t + 1))
                 sweep = [sum(m[s:i]) + m[i] + dp.fws[i] for i in range(s, t + 1)]
                 above = dp.base[s] + g[t + 1]
@@ -604,28 +608,30 @@ def test_auto_on_chains_past_the_least_peak_length(monkeypatch):
     monkeypatch.setattr(chain_dp, "LEAST_PEAK_LAYERS", 64)
     monkeypatch.setattr(chain_dp, "WHOLE_LAYERS", (48, 4))
     monkeypatch.setattr(auto, "LONG_CHAIN", 64)
-    for unit in (True, False):
-        graph = remat.graphs.linear(96, unit=unit)
-        assert chain_dp.strided_only(chain_of(graph))
-        methods = auto.candidate_methods(graph)
-        assert methods[:2] == ["chain-dp", "retention"]
-        assert not set(auto.LONG_CHAIN_SKIPS) & set(methods) and "checkpoint-all" in methods
-        budget = parse_budget("30%", graph)
-        sol = solver("chain-dp")(graph, budget, SolveOptions(time_limit=10))
-        assert sol.feasible and sol.peak_memory <= budget
-        assert sol.details["fallback"].startswith("strided-")
-        assert graph not in chain_dp._LEAST_PEAK
-        found = solver("auto")(graph, budget, SolveOptions(time_limit=20))
-        assert found.feasible and found.peak_memory <= budget
-        assert found.details["tried"][0] == "chain-dp"
-        assert found.compute_cost <= sol.compute_cost * (1 + 1e-12)
-        assert found.lower_bound > graph.total_cost  # the bound proved something
-        assert graph not in peak_floor._CACHE and graph not in chain_dp._LEAST_PEAK
-        low = solver("auto")(graph, peak_floor.peak_lower_bound(graph) - 1,
-                             SolveOptions(time_limit=5))
-        assert low.proven_infeasible
-    chain_dp._STRIDED.clear()
-    chain_dp.forget_states()
+    try:
+        for unit in (True, False):
+            graph = remat.graphs.linear(96, unit=unit)
+            assert chain_dp.strided_only(chain_of(graph))
+            methods = auto.candidate_methods(graph)
+            assert methods[:2] == ["chain-dp", "retention"]
+            assert not set(auto.LONG_CHAIN_SKIPS) & set(methods) and "checkpoint-all" in methods
+            budget = parse_budget("30%", graph)
+            sol = solver("chain-dp")(graph, budget, SolveOptions(time_limit=10))
+            assert sol.feasible and sol.peak_memory <= budget
+            assert sol.details["fallback"].startswith("strided-")
+            assert graph not in chain_dp._LEAST_PEAK
+            found = solver("auto")(graph, budget, SolveOptions(time_limit=20))
+            assert found.feasible and found.peak_memory <= budget
+            assert found.details["tried"][0] == "chain-dp"
+            assert found.compute_cost <= sol.compute_cost * (1 + 1e-12)
+            assert found.lower_bound > graph.total_cost  # the bound proved something
+            assert graph not in peak_floor._CACHE and graph not in chain_dp._LEAST_PEAK
+            low = solver("auto")(graph, peak_floor.peak_lower_bound(graph) - 1,
+                                 SolveOptions(time_limit=5))
+            assert low.proven_infeasible
+    finally:
+        chain_dp._STRIDED.clear()
+        chain_dp.forget_states()
 
 
 def test_after_waiting_for_the_thread_chain_dp_has_only_the_time_left(monkeypatch):

@@ -95,11 +95,12 @@ retention's 1.1040, proven optimal (chain-dp's strided recursion found 1.1296 in
 LONG_BOUND_SHARE = 2 / 3
 """On chains past ``LONG_CHAIN`` (``_long_chain``), the share of the time left after chain-dp
 that auto's bound gets, and retention runs only where that bound's knapsack is solved
-(``Bound.kept_solved``) and chain-dp found a schedule: the knapsack is over thousands of gaps (heterogeneous linear(2048) at 30% of its
-budget range: 10-17 s), and retention built from a knapsack cut short kept one gap of 2048
-and took 65 s of its 10.6 s (a schedule of 343 times the total cost, whose tightening and two
-simulations each took 5-12 s); at linear(2048, unit)'s least peak, where no strided schedule
-fits, retention's 512 times the total cost took 31 s past auto's limit."""
+(``Bound.kept_solved``) and chain-dp found a schedule: the knapsack is over thousands of gaps
+(heterogeneous linear(2048) at 30% of its budget range: 10-17 s), and retention built from a
+knapsack cut short kept one gap of 2048 and took 65 s of its 10.6 s (a schedule of 343 times
+the total cost, whose tightening and two simulations each took 5-12 s); at linear(2048,
+unit)'s least peak, where no strided schedule fits, retention's 512 times the total cost took
+31 s past auto's limit."""
 LONG_BOUND_OVERRUN = 2.5 / 2048 ** 2
 """Seconds per squared layer by which auto's bound on a chain past ``LONG_CHAIN`` may run past
 its limit (its model is built first, and HiGHS sets up O(n^2) nonzeros before it looks at the
@@ -142,7 +143,8 @@ def candidate_methods(graph: RematGraph) -> list[str]:
     them optimal at moderate budgets in well under a second, where chen-greedy and ap-greedy
     took 0.5 s each (heterogeneous linear(512) at 30% / 60% of its budget range: 0.79 / 0.92
     s in all, 2.0 / 2.1 s with the baselines first; bench/results/fast_notes.md, session
-    20)."""
+    20). Past ``LONG_CHAIN`` layers: chain-dp, retention, then the baselines but the greedy
+    ones (``LONG_CHAIN_SKIPS``)."""
     return _methods(graph, _chain_dp_order(graph)[0])
 
 
@@ -173,11 +175,12 @@ def _methods(graph: RematGraph, after: bool | None) -> list[str]:
 def _chain_dp_order(graph: RematGraph) -> tuple[bool | None, bool]:
     """(after, retention first). Where auto runs chain-dp: before retention (False) where its
     recursion takes seconds (``CHAIN_DP_FIRST``), after it (True) up to ``CHAIN_DP_MAX`` and
-    where it runs only its strided recursions (``LONG_CHAIN``, ``chain_dp.strided_only``), not
-    at all (None) beyond or on other graphs; and whether retention gets its short try before
-    chain-dp first (``RETENTION_TRY``). Segments are counted once, and not where the strided
-    recursions are all chain-dp runs (the count builds O(n^2) tables: 0.03 s at 512 layers,
-    0.12-0.15 s at 1024, cold)."""
+    where it runs only its strided recursions up to ``LONG_CHAIN`` layers
+    (``chain_dp.strided_only``), first again past it (``_long_chain``), not at all (None)
+    beyond ``CHAIN_DP_MAX`` without the C extension or on other graphs; and whether retention
+    gets its short try before chain-dp first (``RETENTION_TRY``). Segments are counted once,
+    and not where the strided recursions are all chain-dp runs (the count builds O(n^2)
+    tables: 0.03 s at 512 layers, 0.12-0.15 s at 1024, cold)."""
     if not method_applies("chain-dp", graph):
         return None, False
     layers, chain = len(graph.forward_nodes) - 1, chain_of(graph)
@@ -209,7 +212,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     proven = any(r.status == "optimal" for r in tried)
     floor = None if proven else _floor(graph, budget, options, after)
     if floor is not None:
-        return _below_floor(graph, budget, floor, options, start)
+        return _below_floor(graph, budget, floor, options, start, _long_chain(graph, after))
     ahead = Ahead(graph, budget, deadline) if after else None
     try:
         return _run_methods(graph, budget, options, start, deadline, after, tried)
@@ -231,7 +234,7 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
                  deadline: float, after: bool | None, tried: list[Solution]) -> Solution:
     """The methods of ``candidate_methods`` in turn (module docstring; ``after``: chain-dp's
     place), after the results ``tried`` before them, then the result."""
-    known = None  # auto's own bound: proved before the first method that needs it
+    known, proved = None, None  # auto's own bound: proved before the first method needing it
     results: list[Solution] = list(tried)
     methods, long = _methods(graph, after), _long_chain(graph, after)
     proof = None  # chain-dp's schedule stands: the rest of the time goes to the bound
@@ -247,15 +250,16 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
                                  options.threads) if long else \
                 retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
             known = proved.value
-            if long and name == "retention" and (not proved.kept_solved or best is None):
-                continue
+        if long and name == "retention" and (not proved.kept_solved or best is None):
+            continue
         if best is not None and meets(best.compute_cost, _bound(known, results),
                                       options.mip_rel_gap):
             break  # a bound already proves it: slower methods cannot do better
         limit = _share(name, deadline - time.perf_counter(), methods[k + 1:])
         results.append(solver(name)(graph, budget, replace(options, initial=best,
                                                            time_limit=limit)))
-        proof = proof or _proof_left(results[-1], methods[k + 1:])
+        if not long:  # there chain-dp's strided schedules leave retention its turn
+            proof = proof or _proof_left(results[-1], methods[k + 1:])
         if proof == "now":
             break
     if proof is not None:
@@ -308,18 +312,18 @@ def _floor(graph: RematGraph, budget: float, options: SolveOptions,
     chain = None if after is None else chain_of(graph)
     if _long_chain(graph, after):
         return below_floor(graph, budget, options.time_limit, search=False)
-    if after is False and COMPILED and not strided_only(chain):
+    if after is False and COMPILED:
         seconds = min(options.time_limit / 4, CHAIN_DP_SECONDS)
         if persistent_fits(chain, float(budget) - graph.static_mem,
                            time.perf_counter() + seconds):
             return None
-    if after is not None and chain.n <= LONG_CHAIN:
+    if after is not None:
         reached(graph, least_peak(graph))
     return below_floor(graph, budget, options.time_limit)
 
 
 def _below_floor(graph: RematGraph, budget: float, floor: float, options: SolveOptions,
-                 start: float) -> Solution:
+                 start: float, long: bool = False) -> Solution:
     """No schedule fits a budget below the least possible peak (proven); what auto still finds
     is the least budget it can meet: chain-dp's least peak on chains (exact over its class; on
     ``chain_dp.strided_only`` chains its least-peak persistent schedule's, which on linear(n)
@@ -329,8 +333,12 @@ def _below_floor(graph: RematGraph, budget: float, floor: float, options: SolveO
     lowering it), and, unless that meets the floor, retention's least peak, each in at most half
     the time (fcn_resnet50 at op level, 25%, 15 s each: 22.0 MB by the descent, 19.3 MB by
     retention; gpt2 at module level, 20%, and VGG-16 and MobileNetV2 at module level, 10%: the
-    descent meets the floor: 3.1-3.4, 0.2 and 4.2 s in all, bounds_low_auto.csv)."""
-    if method_applies("chain-dp", graph):
+    descent meets the floor: 3.1-3.4, 0.2 and 4.2 s in all, bounds_low_auto.csv). On chains
+    past ``LONG_CHAIN`` (``long``) none: there chain-dp has no least-peak schedule, and the
+    schedules near the least peak take seconds per simulation (``_lowest_left``)."""
+    if long:
+        least, tried = None, []
+    elif method_applies("chain-dp", graph):
         least, tried = solver("chain-dp")(graph, budget, options).min_budget, ["chain-dp"]
     else:
         deadline = start + options.time_limit
@@ -396,8 +404,7 @@ def _proof_left(result: Solution, later: list[str]) -> str | None:
     chain-dp's cost, and the bound unproven at 30.4 s; the bound, given the 18.7 s left after
     the baselines, proves it optimal (28.1 s in all; bench/results/fast_notes.md, session 19).
     None otherwise."""
-    if result.method != "chain-dp" or "milp" in later or not result.feasible or \
-            "fallback" in result.details:  # its class was not searched
+    if result.method != "chain-dp" or "milp" in later or not result.feasible:
         return None
     if result.status != "optimal" and result.details.get("optimal_in_class"):
         return "now"

@@ -91,9 +91,10 @@ only at every fourth or second layer, ``STRIDES``) and the recursion's on a budg
 peak: 1.33 of the total cost, the least-peak schedule 1.90); where the caller has a schedule
 already (``SolveOptions.initial``), the recursion gets the whole limit. On heterogeneous chains
 of more than 512 layers, and on every chain of more than ``LEAST_PEAK_LAYERS``, a call with a
-time limit runs only these fallbacks (``strided_only``: the whole recursion is not done in 60
-s at 1024 layers), past ``LEAST_PEAK_LAYERS`` without the least-peak schedule. ``solve`` skips the
-search of the full class where the retention bound already meets the persistent cost, and
+time limit runs only the least-peak and strided fallbacks (``strided_only``: the whole
+recursion is not done in 60 s at 1024 layers; no budget grid, none finished there), past
+``LEAST_PEAK_LAYERS`` only the strided ones. ``solve`` skips
+the search of the full class where the retention bound already meets the persistent cost, and
 gives what is left of the limit to the bound where it does not meet the final cost.
 
 The persistent C recursion keeps its interval stores per chain (``_STATES``; every fact in
@@ -241,7 +242,8 @@ class _Tables(NamedTuple):
 
 TABLES_KEPT = 4
 """How many chains' budget-independent tables (``need``, ``store_peak``, ``own``,
-``segment_id``, the C recursion's copy of them, the least-peak tables) stay cached: auto
+``segment_id``, as arrays and as the Python recursion's lists, the C recursion's copy of
+them, the least-peak tables) stay cached: auto
 builds a chain's DP up to four times (segment count, least-peak schedule, persistent
 recursion, full class)."""
 _TABLES: dict[Chain, "_Tables"] = {}
@@ -312,7 +314,6 @@ class _ChainDP:
         self.bcost = chain.bwd_cost + (chain.loss_cost,)
         self.bws = chain.bwd_ws + (chain.loss_ws,)
         self.memo: dict[tuple, _Steps] = {}
-        self.cells: list[list[list]] = [[[None] * n for _ in range(n)] for _ in (0, 1)]
         self.cells_by_key: dict[tuple, _Steps] = {}  # held and drop states
         self.solves = 0
         self.sweeps: dict[tuple, tuple] = {}
@@ -334,11 +335,15 @@ class _ChainDP:
         return _Tables(need, store_peak, own, _segment_ids(self))
 
     def __getattr__(self, name: str):
-        """``need``, ``store_peak``, ``own``, ``segment_id``: ``arrays`` as nested lists, for
-        the Python recursion (its scalar reads are faster on lists), made on first use and
-        kept per chain like the arrays."""
+        """What only the Python recursion reads, made on first use: ``cells`` (its seg
+        stores by position, 2 n^2 slots: 270 MB at 4096 layers), and ``need``, ``store_peak``,
+        ``own``, ``segment_id``: ``arrays`` as nested lists (its scalar reads are faster on
+        lists), kept per chain like the arrays."""
+        if name == "cells":
+            self.cells = [[[None] * self.n for _ in range(self.n)] for _ in (0, 1)]
+            return self.cells
         if name not in _Tables._fields or "arrays" not in self.__dict__:
-            raise AttributeError(name)
+            raise AttributeError(f"'_ChainDP' object has no attribute '{name}'")
         lists = _kept(_LISTS, self.c, lambda: _Tables(*(a.tolist() for a in self.arrays)))
         self.__dict__.update(lists._asdict())
         return self.__dict__[name]
@@ -654,7 +659,7 @@ class _ChainDP:
         root = (0, self.n - 1, 0)
         solve = solve or (lambda budget: self.best(*root, budget))
         high = self._persistent_min_peak()
-        low = self.arrays.need[0, self.n - 1] - (1.0 if whole else 0.0)  # known infeasible (or need)
+        low = float(self.arrays.need[0, self.n - 1]) - (1.0 if whole else 0.0)  # infeasible
         probe = high - 1.0 if whole else None
         while high - low > (1.0 if whole else 1e-12 * abs(high)):
             if probe is None:
@@ -950,9 +955,10 @@ def _prefix(values) -> list[float]:
 
 def _segment_ids(dp: _ChainDP) -> np.ndarray:
     """``ids[s, t]`` (0, 1, ... on and above the diagonal, -1 below): equal for two segments
-    exactly when their DP subproblems are identical (same base size, same layer costs and sizes in order, same
-    gradient above). Length by length: a segment's class is that of its prefix one layer
-    shorter and its last layer, so each length is one ``np.unique`` over O(n) pairs."""
+    exactly when their DP subproblems are identical (same base size, same layer costs and
+    sizes in order, same gradient above). Length by length: a segment's class is that of its
+    prefix one layer shorter and its last layer, so each length is one ``np.unique`` over O(n)
+    pairs."""
     n = dp.n
     layers = np.array([(dp.fcost[k], dp.mem[k], dp.grad[k], dp.bcost[k], dp.fws[k], dp.bws[k])
                        for k in range(n)]) + 0.0  # + 0.0: -0.0 equals 0.0, as in Python
