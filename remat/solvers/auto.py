@@ -90,7 +90,7 @@ above its bound); after retention, only its strided recursions, on the others
 recursions, on every chain; then auto's bound (``LONG_BOUND_SHARE``), retention, and the
 baselines while time is left. Before, auto left chain-dp out there and overran its limit:
 heterogeneous linear(2048) at 30% of its budget range took 76 s of 30 (a floor search of 3.3
-s, retention 65 s of 10.6, then ap-sqrtn's 1.3225 of the total cost, no bound); now 18.8 s,
+s, retention 65 s of 10.6, then ap-sqrtn's 1.3225 of the total cost, no bound); now 18.3 s,
 retention's 1.1040, proven optimal (chain-dp's strided recursion found 1.1296 in 1.8 s)."""
 LONG_BOUND_SHARE = 2 / 3
 """On chains past ``LONG_CHAIN`` (``_long_chain``), the share of the time left after chain-dp
