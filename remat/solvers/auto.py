@@ -43,7 +43,7 @@ from dataclasses import replace
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
 from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, method_applies,
-                                solver)
+                                past, solver)
 from remat.solvers.bounds import Bound, bound_time, meets, retention_bound
 from remat.solvers.chain_dp import (COMPILED, LEAST_PEAK_LAYERS, Ahead, chain_of,
                                     distinct_segments, least_peak, persistent_fits, strided_only)
@@ -243,7 +243,7 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
             continue
         # exact methods start from the best schedule so far instead of rerunning the baselines
         best = _cheapest(results)
-        if long and time.perf_counter() >= deadline:
+        if long and past(deadline):
             break  # on such chains no method takes milliseconds (checkpoint-all: 1.1 s)
         if known is None and name not in BEFORE_BOUND:
             proved = _long_bound(graph, budget, deadline, options.time_limit,
@@ -309,12 +309,11 @@ def _floor(graph: RematGraph, budget: float, options: SolveOptions,
     took 9.7 s of 1.5 on linear(4096)): only one node's operands, which the least peak meets
     on every linear(n) measured (up to 2048 layers). ``after``: chain-dp's place
     (``_chain_dp_order``)."""
-    chain = None if after is None else chain_of(graph)
     if _long_chain(graph, after):
         return below_floor(graph, budget, options.time_limit, search=False)
     if after is False and COMPILED:
         seconds = min(options.time_limit / 4, CHAIN_DP_SECONDS)
-        if persistent_fits(chain, float(budget) - graph.static_mem,
+        if persistent_fits(chain_of(graph), float(budget) - graph.static_mem,
                            time.perf_counter() + seconds):
             return None
     if after is not None:

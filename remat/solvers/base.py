@@ -9,6 +9,7 @@ from typing import Callable
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
 
+
 def deadline_of(time_limit: float | None) -> float | None:
     """The ``time.perf_counter()`` value at which ``time_limit`` seconds from now run out."""
     return None if time_limit is None else time.perf_counter() + time_limit

@@ -129,7 +129,7 @@ from remat.errors import RematError, UnsupportedGraphError
 from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r
 from remat.schedule.solution import Solution
-from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
+from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions, past
 from remat.solvers.bounds import bound_time, forcing_time, meets, retention_bound
 
 try:  # the recursions in C (setup.py builds them); else the Python ones below
@@ -334,19 +334,32 @@ class _ChainDP:
             own[m, m:] = np.maximum.accumulate(diagonal[m:])
         return _Tables(need, store_peak, own, _segment_ids(self))
 
-    def __getattr__(self, name: str):
-        """What only the Python recursion reads, made on first use: ``cells`` (its seg
-        stores by position, 2 n^2 slots: 270 MB at 4096 layers), and ``need``, ``store_peak``,
-        ``own``, ``segment_id``: ``arrays`` as nested lists (its scalar reads are faster on
-        lists), kept per chain like the arrays."""
-        if name == "cells":
-            self.cells = [[[None] * self.n for _ in range(self.n)] for _ in (0, 1)]
-            return self.cells
-        if name not in _Tables._fields or "arrays" not in self.__dict__:
-            raise AttributeError(f"'_ChainDP' object has no attribute '{name}'")
-        lists = _kept(_LISTS, self.c, lambda: _Tables(*(a.tolist() for a in self.arrays)))
-        self.__dict__.update(lists._asdict())
-        return self.__dict__[name]
+    # What only the Python recursion reads, made on first use (the C one never does).
+    @functools.cached_property
+    def cells(self) -> list[list[list]]:
+        """Its seg stores by position: 2 n^2 slots, 270 MB at 4096 layers."""
+        return [[[None] * self.n for _ in range(self.n)] for _ in (0, 1)]
+
+    @functools.cached_property
+    def _lists(self) -> _Tables:
+        """``arrays`` as nested lists (scalar reads are faster on lists), kept per chain."""
+        return _kept(_LISTS, self.c, lambda: _Tables(*(a.tolist() for a in self.arrays)))
+
+    @functools.cached_property
+    def need(self) -> list[list[float]]:
+        return self._lists.need
+
+    @functools.cached_property
+    def store_peak(self) -> list[list[list[float]]]:
+        return self._lists.store_peak
+
+    @functools.cached_property
+    def own(self) -> list[list[float]]:
+        return self._lists.own
+
+    @functools.cached_property
+    def segment_id(self) -> list[list[int]]:
+        return self._lists.segment_id
 
     def store_cost(self, s: int, t: int, top: int) -> float:
         """Cost of stages b_t..b_s when every value is stored: each node once."""
@@ -773,7 +786,7 @@ class _Graded:
                                                     dp.store_cost(s, s, top), INF)
         grid = np.arange(levels + 1)
         for length in range(1, n):
-            if deadline is not None and time.perf_counter() > deadline:
+            if past(deadline):
                 raise _OutOfTime
             s = np.arange(n - length)
             t = s + length
