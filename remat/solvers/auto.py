@@ -100,7 +100,7 @@ that auto's bound gets, and retention runs only where that bound's knapsack is s
 knapsack cut short kept one gap of 2048 and took 65 s of its 10.6 s (a schedule of 343 times
 the total cost, whose tightening and two simulations each took 5-12 s); at linear(2048,
 unit)'s least peak, where no strided schedule fits, retention's 512 times the total cost took
-31 s past auto's limit."""
+31.7 s past auto's limit."""
 LONG_BOUND_OVERRUN = 2.5 / 2048 ** 2
 """Seconds per squared layer by which auto's bound on a chain past ``LONG_CHAIN`` may run past
 its limit (its model is built first, and HiGHS sets up O(n^2) nonzeros before it looks at the
@@ -361,7 +361,7 @@ def _lowest_left(graph: RematGraph, budget: float, options: SolveOptions,
     op level, 20% (30 s): retention (15 s) and lp-rounding find nothing, and their least
     budget is 3628040 B; the 5 s left reach 3254280 B. Not on chains past ``LONG_CHAIN``
     (``_run_methods``), where the schedules near the least peak recompute O(n^2) nodes: on
-    heterogeneous linear(2048) at its least peak it took 55.6 s of the 7.6 s left and found
+    heterogeneous linear(2048) at its least peak it took 55.6 s of the 7.5 s left and found
     none."""
     left = deadline - time.perf_counter()
     if left < LOWEST_LEFT_SECONDS:

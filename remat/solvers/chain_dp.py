@@ -1464,9 +1464,9 @@ def _fallback(graph: RematGraph, chain: Chain, budget: float, start: float,
     this budget, else, in C, run here within the time left) and, except on ``strided_only``
     chains, ``_Graded``'s on grids of ``GRADED_LEVELS``, twice as many, ... levels (while the
     last run, taken 2.2 times, still ends before ``deadline``; a grid still running at
-    ``deadline`` is dropped: on heterogeneous linear(1024) the first grid took the 19 s
-    left of a 30 s call and found nothing), status "timeout" with the trivial bound (every node
-    once); no schedule if none fits."""
+    ``deadline`` is dropped: at 10% of heterogeneous linear(1024)'s budget range a 30 s call
+    took 30.1 s with the grid, 13.9 s without, the same stride-4 schedule), status "timeout"
+    with the trivial bound (every node once); no schedule if none fits."""
     free_mem = float(budget) - graph.static_mem
     dp, strided = _ChainDP(chain, extended=False), strided_only(chain)
     found = _fitting(graph, budget, dp.least_peak_ops, "least-peak") \
