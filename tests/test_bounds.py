@@ -637,3 +637,53 @@ def test_one_move_keeps_every_repeated_rebuild():
     kept = retention_bound(unit, budget, 10.0, None, models=gap_models).kept
     start, _ = plan.attempt(set(kept), budget)
     assert retention._hold_repeats(plan, budget, start[1], start[2], None) is None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_memory_levels_are_the_rows_written_out(seed):
+    """The memory rows as running levels (``bounds._levels``) and written out one entry per
+    stage are the same program: equal optima, as MIP and as LP, on random knapsacks of spans of
+    one size (with extra rows, single-stage spans and stages no span covers)."""
+    from remat.solvers import bounds, highs_backend
+
+    rng = np.random.default_rng(seed)
+    stages = 40
+    room = rng.integers(0, 12, stages).astype(float) * 3.0
+    room[rng.integers(0, stages, 5)] = -1.0  # unreachable where a span covers it
+    model = bounds._Model(room)
+    columns = []
+    for _ in range(60):
+        first = int(rng.integers(0, stages))
+        last = min(stages - 1, first + int(rng.integers(0, 15)))
+        if not (room[first:last + 1] < 0).any():
+            columns.append(model.column(-float(rng.integers(1, 10))))
+            model.memory_span(first, last, columns[-1], 3.0)
+    for _ in range(10):
+        a, b = rng.choice(columns, 2, replace=False)
+        model.row([int(a), int(b)], [-1.0, -1.0], -1.0)  # keep at most one of the two
+    written, levels = model.arrays(levels=False), model.arrays(levels=True)
+    assert levels["matrix"].shape[1] > written["matrix"].shape[1]  # the level columns
+    for relax in (False, True):
+        one = highs_backend.run(written, time_limit=30, relax=relax)
+        two = highs_backend.run(levels, time_limit=30, relax=relax)
+        assert one.status == two.status == "optimal" and one.objective < 0
+        assert two.objective == pytest.approx(one.objective, abs=1e-6)
+
+
+def test_a_unit_chains_gap_model_is_written_as_levels():
+    """The level form is chosen where it pays (one size, long spans: a unit chain's gap
+    knapsack) and not elsewhere (several sizes; single-stage spans, as in the moment model)."""
+    from remat.solvers import bounds
+
+    for unit, expected in ((True, True), (False, False)):
+        graph = remat.graphs.linear(64, unit=unit)
+        budget = graph.static_mem + 0.3 * (checkpoint_all_peak(graph) - graph.static_mem)
+        room = bounds.stage_room(graph, budget)
+        model, _, columns = bounds._gap_model(graph, bounds.gaps(graph), room, 0)
+        spans = sum(last + 1 - first for _, first, last in bounds.gaps(graph))
+        assert (model["matrix"].nnz < spans) == expected
+    graph = remat.graphs.linear(48, unit=True)
+    room = bounds.stage_room(graph, checkpoint_all_peak(graph))
+    fast = bounds._moment_model(graph, room)
+    loops = bounds._moment_rows(graph, room, bounds._spans(graph), None)
+    assert fast["matrix"].shape == loops["matrix"].shape  # no level columns added
