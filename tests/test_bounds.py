@@ -681,9 +681,36 @@ def test_a_unit_chains_gap_model_is_written_as_levels():
         room = bounds.stage_room(graph, budget)
         model, _, columns = bounds._gap_model(graph, bounds.gaps(graph), room, 0)
         spans = sum(last + 1 - first for _, first, last in bounds.gaps(graph))
-        assert (model["matrix"].nnz < spans) == expected
+        assert (model.arrays()["matrix"].nnz < spans) == expected
+        assert model.relaxed_first() == (not expected)  # several sizes: the LP as levels first
     graph = remat.graphs.linear(48, unit=True)
     room = bounds.stage_room(graph, checkpoint_all_peak(graph))
     fast = bounds._moment_model(graph, room)
     loops = bounds._moment_rows(graph, room, bounds._spans(graph), None)
     assert fast["matrix"].shape == loops["matrix"].shape  # no level columns added
+
+
+def test_the_relaxation_first_is_the_lp_of_the_knapsack_written_out():
+    """On a knapsack of several sizes the LP relaxation as levels (``bounds._relaxed``), which
+    ``_retention`` takes first, is the LP of the program written out, and at most its 0/1
+    optimum; the bound ``retention_bound`` proves is at least as high."""
+    from remat.solvers import bounds, highs_backend
+
+    graph = remat.graphs.linear(96)
+    for fraction in (0.1, 0.5):
+        budget = graph.static_mem + fraction * (checkpoint_all_peak(graph) - graph.static_mem)
+        room = bounds.stage_room(graph, budget)
+        gap, _, _ = bounds._gap_model(graph, bounds.gaps(graph), room, 0)
+        assert gap.relaxed_first()
+        relaxed = bounds._relaxed(gap, 30, None).bound
+        written = gap.arrays()
+        assert written["integrality"].any() and written["matrix"].shape == \
+            gap.arrays(levels=False)["matrix"].shape
+        lp = highs_backend.run(written, time_limit=30, relax=True)
+        mip = highs_backend.run(written, time_limit=30)
+        assert lp.status == mip.status == "optimal"
+        assert relaxed == pytest.approx(lp.bound, rel=1e-9, abs=1e-6)
+        assert relaxed <= mip.bound + 1e-6
+        offset = graph.total_cost + sum(graph.cost[v] for v, _, _ in bounds.gaps(graph))
+        bound = retention_bound(graph, budget, time_limit=30, models=("first",))
+        assert bound.value >= bounds._safe(graph, offset + mip.bound) > graph.total_cost

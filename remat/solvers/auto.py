@@ -250,7 +250,8 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
                                  options.threads) if long else \
                 retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
             known = proved.value
-        if long and name == "retention" and (not proved.kept_solved or best is None):
+        if long and name == "retention" and (best is None or not (proved.kept_solved or
+                                                                  proved.kept_rounded)):
             continue
         if best is not None and meets(best.compute_cost, _bound(known, results),
                                       options.mip_rel_gap):

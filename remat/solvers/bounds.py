@@ -76,6 +76,9 @@ class Bound:
     kept_solved: bool = False
     """``kept`` is the optimum of its knapsack, not the best solution of one cut short (which
     on heterogeneous linear(2048) kept one gap of 2048)."""
+    kept_rounded: bool = False
+    """``kept`` is the LP relaxation's optimum rounded down (``_relaxed``): near the knapsack's
+    optimum where it is nearly integral, as on chains."""
 
 
 PROVEN_RTOL = 1e-7
@@ -227,6 +230,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
     # objective = rebuilds - (cost of the kept gaps); its dual bound is a lower bound on it
     base = total + float(sum(graph.cost[v] for v, _, _ in columns))
     value, status, kept, skipped, solved_kept = total, "optimal", None, False, False
+    rounded = False  # kept is the LP optimum rounded down
     size = moment_size(graph) if {"moment", "recompute"} & set(models) else 0
     solved: set[tuple[int, bool]] = set()  # what each gap model solved added to the first
 
@@ -271,12 +275,24 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             offset, gap_columns = total, None
         else:
             staged = 0 if name == "first" else STAGED_COLUMNS
-            model, extra, gap_columns = _gap_model(graph, columns, room, staged,
-                                                   name == "chained")
+            gap, extra, gap_columns = _gap_model(graph, columns, room, staged,
+                                                 name == "chained")
             if extra in solved:
                 continue  # the same model as one solved before (linear chains: all three)
             solved.add(extra)
             offset = base
+            if gap is not None and gap.relaxed_first():
+                relaxed = _relaxed(gap, left, threads)
+                value = max(value, _safe(graph, offset + relaxed.bound))
+                if relaxed.x is not None and kept is None:
+                    kept, rounded = _rounded_down(relaxed.x, gap_columns), True
+                if enough is not None and meets(enough, value):
+                    break  # the optimum
+                left = time_left()
+                if left is not None and left <= 0:
+                    status = "timeout"
+                    break
+            model = None if gap is None else gap.arrays()
         if model is None:
             continue  # too large
         target = None if enough is None else enough / (1 + PROVEN_RTOL / 2) - offset
@@ -286,15 +302,45 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             raise AssertionError(f"retention bound: the {name} model is infeasible")
         value = max(value, _safe(graph, offset + result.bound))
         if gap_columns is not None and result.x is not None:
-            kept = frozenset(k for k, col in enumerate(gap_columns) if result.x[col] > 0.5)
-            solved_kept = result.status == "optimal"
+            found = frozenset(k for k, col in enumerate(gap_columns) if result.x[col] > 0.5)
+            if result.status == "optimal" or not rounded or \
+                    _kept_cost(graph, columns, found) >= _kept_cost(graph, columns, kept):
+                kept, solved_kept, rounded = found, result.status == "optimal", False
         if enough is not None and meets(enough, value):
             break  # the bound is the optimum: nothing higher exists
         if result.status != "optimal":
             status = "timeout"
             break
     return Bound(value, status, time.perf_counter() - start, len(columns), time_limit, kept,
-                 skipped, solved_kept)
+                 skipped, solved_kept, rounded)
+
+
+def _rounded_down(x: np.ndarray, gap_columns: list[int]) -> frozenset[int]:
+    """The gaps an LP solution keeps whole: dropping the fractional ones keeps every memory
+    row within its room (the kept gaps are the schedule's start, not a bound)."""
+    return frozenset(k for k, col in enumerate(gap_columns) if x[col] > 1 - 1e-6)
+
+
+def _kept_cost(graph: RematGraph, columns: list[tuple[int, int, int]],
+               kept: frozenset[int]) -> float:
+    """The recomputation a set of kept gaps saves."""
+    return float(sum(graph.cost[columns[k][0]] for k in kept))
+
+
+def _relaxed(gap: "_Model", time_limit: float | None, threads: int | None):
+    """The LP relaxation of a gap knapsack, its memory rows as levels (HiGHS's result: its bound
+    is -inf where it is not solved in time). ``_retention`` takes it first where the knapsack has several sizes and
+    the levels are much sparser (``_Model.relaxed_first``): a bound within a second where the
+    0/1 program written out takes many. Heterogeneous linear(2048) at 10 / 30 / 60% of its
+    budget range: 1.197761 / 1.104018 / 1.036691 of the total cost in 0.16-0.17 s (the same LP
+    written out: 4.5 / 3.1 / 2.8 s), where the 0/1 optima at 10 / 60% are 1.197768 / 1.036717
+    (10-12 s; bench/results/fast_notes.md, session 24). The 0/1 program follows in the time
+    left: its solution is where ``retention`` starts."""
+    relaxed = gap.arrays(levels=True)
+    result = highs_backend.run(relaxed, time_limit=time_limit, threads=threads, relax=True)
+    if result.x is not None:
+        result.x = result.x[:len(gap.cost)]  # the knapsack's own columns
+    return result
 
 
 def _jumps(graph: RematGraph, gap_model: bool) -> bool:
@@ -390,9 +436,9 @@ def gaps(graph: RematGraph) -> list[tuple[int, int, int]]:
 
 def _gap_model(graph: RematGraph, columns: list[tuple[int, int, int]], room: np.ndarray,
                staged: int, chained: bool = False
-               ) -> tuple[dict | None, tuple[int, bool], list[int]]:
+               ) -> tuple["_Model | None", tuple[int, bool], list[int]]:
     """The retention knapsack by gaps, plus the inputs a dropped value needs to be rebuilt;
-    returns the HiGHS arrays, what it adds to the model with first-stage rows only (the number
+    returns the program, what it adds to the model with first-stage rows only (the number
     of per-stage columns, at most ``staged``, and whether chained rows were added: models
     with equal such pairs are the same) and each gap's column.
 
@@ -468,7 +514,7 @@ def _gap_model(graph: RematGraph, columns: list[tuple[int, int, int]], room: np.
             for e in graph.deps[d]:
                 if (e, t) in later:
                     model.row([alive[e, t], later[e, t], col], [1.0, 1.0, -1.0], 0.0)
-    return model.arrays(), (added, chained and bool(horizon)), gap_columns
+    return model, (added, chained and bool(horizon)), gap_columns
 
 
 def _spans(graph: RematGraph) -> dict[int, int]:
@@ -905,21 +951,35 @@ class _Model:
     def row(self, columns: list[int], values: list[float], lower: float) -> None:
         self.rows.append((columns, values, lower))
 
+    def _spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(first, last, columns, sizes) of the memory spans, and the stages they cover."""
+        first, last = np.array(self.first, dtype=np.int64), np.array(self.last, dtype=np.int64)
+        covered = np.zeros(len(self.room) + 1, dtype=np.int64)  # spans starting - ending
+        np.add.at(covered, first, 1)
+        np.add.at(covered, last + 1, -1)
+        stages = np.flatnonzero(np.cumsum(covered[:-1]) > 0)
+        return (first, last, np.array(self.columns, dtype=np.int64),
+                np.array(self.sizes, dtype=float), stages)
+
+    def sparser_as_levels(self) -> bool:
+        """Whether the levels take ``LEVELS_GAIN`` times fewer nonzeros than the entries."""
+        entries = sum(self.last) - sum(self.first) + len(self.first)
+        stages = len(self._spans()[4])
+        return entries > LEVELS_GAIN * 2 * (len(self.first) + stages)
+
+    def relaxed_first(self) -> bool:
+        """Whether the LP relaxation, as levels, is worth solving before the program written
+        out (``_relaxed``): the levels are much sparser, but of several sizes."""
+        return len(set(self.sizes)) > 1 and self.sparser_as_levels()
+
     def arrays(self, levels: bool | None = None) -> dict:
         """The HiGHS arrays; ``levels``: the memory rows as levels (``_levels``) or not, by
         default where ``LEVELS_GAIN`` says."""
         from scipy.sparse import coo_matrix
 
-        first, last = np.array(self.first, dtype=np.int64), np.array(self.last, dtype=np.int64)
-        columns, sizes = np.array(self.columns, dtype=np.int64), np.array(self.sizes, dtype=float)
-        covered = np.zeros(len(self.room) + 1, dtype=np.int64)  # spans over each stage
-        np.add.at(covered, first, 1)
-        np.add.at(covered, last + 1, -1)
-        stages = np.flatnonzero(np.cumsum(covered[:-1]) > 0)
-        entries = int((last + 1 - first).sum())
         if levels is None:
-            levels = len(set(self.sizes)) == 1 and \
-                entries > LEVELS_GAIN * 2 * (len(first) + len(stages))
+            levels = len(set(self.sizes)) == 1 and self.sparser_as_levels()
+        first, last, columns, sizes, stages = self._spans()
         if levels:
             rows, cols, vals, added = _levels(first, last, columns, sizes, stages, len(self.cost))
         else:
