@@ -634,6 +634,24 @@ def test_auto_on_chains_past_the_least_peak_length(monkeypatch):
         chain_dp.forget_states()
 
 
+def test_the_long_chain_bound_allows_an_overrun_only_for_knapsacks_written_out(monkeypatch):
+    """On chains past ``LONG_CHAIN`` auto's bound gets its share less ``LONG_BOUND_OVERRUN``
+    (HiGHS's O(n^2) setup of a knapsack written out), but not where the gaps have one size
+    (a unit chain: the knapsack as levels). With an overrun allowance larger than any limit,
+    the unit chain still gets its bound and the heterogeneous one the trivial bound."""
+    from remat.solvers import auto, bounds
+
+    monkeypatch.setattr(auto, "LONG_BOUND_OVERRUN", 1e6)
+    for unit in (True, False):
+        graph = remat.graphs.linear(96, unit=unit)
+        budget = parse_budget("30%", graph)
+        bounds.forget_bounds(graph)
+        found = auto._long_bound(graph, budget, time.perf_counter() + 20, 20, None)
+        assert (found.value > graph.total_cost) == unit
+        assert found.value == graph.total_cost or found.value == pytest.approx(
+            bounds.retention_bound(graph, budget, 20).value)
+
+
 def test_after_waiting_for_the_thread_chain_dp_has_only_the_time_left(monkeypatch):
     """Where chain-dp's recursion waited for one running ahead until its deadline, its own
     search gets the time left (none), not the time it had before the wait: it ran a second

@@ -45,7 +45,7 @@ from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
 from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, method_applies,
                                 past, solver)
-from remat.solvers.bounds import Bound, bound_time, meets, retention_bound
+from remat.solvers.bounds import Bound, bound_time, gaps, meets, retention_bound
 from remat.solvers.chain_dp import (COMPILED, LEAST_PEAK_LAYERS, Ahead, chain_of,
                                     distinct_segments, least_peak, persistent_fits, strided_only)
 from remat.solvers.min_budget import min_budget
@@ -107,11 +107,14 @@ the total cost, whose tightening and two simulations each took 5-12 s); at linea
 unit)'s least peak, where no strided schedule fits, retention's 512 times the total cost took
 31.7 s past auto's limit."""
 LONG_BOUND_OVERRUN = 2.5 / 2048 ** 2
-"""Seconds per squared layer by which auto's bound on a chain past ``LONG_CHAIN`` may run past
-its limit (its model is built first, and HiGHS sets up O(n^2) nonzeros before it looks at the
-clock: heterogeneous linear(2048), 5.3 s for 3; linear(4096), 26 s for 16, and 10.7 s from a
-cancel to its answer): the bound's limit is its share less this, and where that leaves less
-than ``bounds.bound_time`` it is not started."""
+"""Seconds per squared layer by which auto's bound on a heterogeneous chain past ``LONG_CHAIN``
+may run past its limit (its model is built first, and HiGHS sets up O(n^2) nonzeros before it
+looks at the clock: heterogeneous linear(2048), 5.3 s for 3; linear(4096), 26 s for 16, and
+10.7 s from a cancel to its answer): the bound's limit is its share less this, and where that
+leaves less than ``bounds.bound_time`` it is not started. Not on unit chains, whose knapsack
+HiGHS gets as levels (``bounds.LEVELS_GAIN``): there the allowance, 40 s at 8192 layers, left
+no bound; without it auto proves linear(8192, unit) at 30 / 60% of its range in 25.3 / 26.5 s
+(before: chen-sqrtn's 1.4944 of the total cost at 30%, unproven, after 41 s)."""
 LONG_CHAIN_SKIPS = ("chen-greedy", "ap-greedy")
 """The baselines auto leaves out on chains past ``LONG_CHAIN``: they simulate a schedule per
 candidate, seconds each there, and never beat chain-dp's strided schedule: at 30% of
@@ -294,11 +297,13 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
 def _long_bound(graph: RematGraph, budget: float, deadline: float, limit: float,
                 threads: int | None) -> Bound:
     """Auto's bound on a chain past ``LONG_CHAIN``: ``LONG_BOUND_SHARE`` of the time left less
-    its overrun (``LONG_BOUND_OVERRUN``), where that is at least ``bound_time(limit)``; else
-    the trivial bound (every node once)."""
+    its overrun (``LONG_BOUND_OVERRUN``; none where its gaps have one size, as on unit chains:
+    HiGHS then gets its knapsack as levels, O(n) nonzeros, ``bounds.LEVELS_GAIN``), where that
+    is at least ``bound_time(limit)``; else the trivial bound (every node once)."""
     layers = len(graph.forward_nodes) - 1
+    one_size = len({float(graph.mem[v]) for v, _, _ in gaps(graph)}) == 1
     seconds = LONG_BOUND_SHARE * (deadline - time.perf_counter()) - \
-        LONG_BOUND_OVERRUN * layers ** 2
+        (0.0 if one_size else LONG_BOUND_OVERRUN * layers ** 2)
     if seconds < bound_time(limit):
         return Bound(float(graph.total_cost), "timeout", 0.0, 0, seconds)
     return retention_bound(graph, budget, seconds, threads)
