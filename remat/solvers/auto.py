@@ -113,8 +113,9 @@ looks at the clock: heterogeneous linear(2048), 5.3 s for 3; linear(4096), 26 s 
 10.7 s from a cancel to its answer): the bound's limit is its share less this, and where that
 leaves less than ``bounds.bound_time`` it is not started. Not on unit chains, whose knapsack
 HiGHS gets as levels (``bounds.LEVELS_GAIN``): there the allowance, 40 s at 8192 layers, left
-no bound; without it auto proves linear(8192, unit) at 30 / 60% of its range in 25.3 / 26.5 s
-(before: chen-sqrtn's 1.4944 of the total cost at 30%, unproven, after 41 s)."""
+no bound; without it auto proved linear(8192, unit) at 30 / 60% of its range in 25.3 / 26.5 s
+(one run each; at 10% chain-dp's tables and strided recursion left too little time for the
+bound: 1.4499 of the total cost, unproven, 36.3 s)."""
 LONG_CHAIN_SKIPS = ("chen-greedy", "ap-greedy")
 """The baselines auto leaves out on chains past ``LONG_CHAIN``: they simulate a schedule per
 candidate, seconds each there, and never beat chain-dp's strided schedule: at 30% of
