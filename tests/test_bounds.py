@@ -714,3 +714,22 @@ def test_the_relaxation_first_is_the_lp_of_the_knapsack_written_out():
         offset = graph.total_cost + sum(graph.cost[v] for v, _, _ in bounds.gaps(graph))
         bound = retention_bound(graph, budget, time_limit=30, models=("first",))
         assert bound.value >= bounds._safe(graph, offset + mip.bound) > graph.total_cost
+
+
+def test_recomputations_are_those_of_the_loop():
+    """``retention._recomputations`` (numpy) lists every computation after a value's first, with
+    the stage of the one before, in the order of the loop it replaced: dearest first, then by
+    stage and value (unit chains tie everywhere)."""
+    from remat.solvers import retention
+
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        graph = remat.graphs.random_dag(int(rng.integers(3, 30)), seed=trial) if trial % 2 \
+            else remat.graphs.linear(int(rng.integers(2, 20)), unit=trial % 4 == 0)
+        R = np.tril(rng.random((graph.size, graph.size)) < rng.random())
+        np.fill_diagonal(R, True)
+        loop = sorted(((int(t), int(v)) for t, v in np.argwhere(R) if R[:t, v].any()),
+                      key=lambda tv: -graph.cost[tv[1]])
+        found = retention._recomputations(graph, R)
+        assert [(t, v) for t, v, _ in found] == loop
+        assert all(before == np.flatnonzero(R[:t, v])[-1] for t, v, before in found)
