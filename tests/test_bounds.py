@@ -679,7 +679,7 @@ def test_a_unit_chains_gap_model_is_written_as_levels():
         graph = remat.graphs.linear(64, unit=unit)
         budget = graph.static_mem + 0.3 * (checkpoint_all_peak(graph) - graph.static_mem)
         room = bounds.stage_room(graph, budget)
-        model, _, columns = bounds._gap_model(graph, bounds.gaps(graph), room, 0)
+        model, _, _ = bounds._gap_model(graph, bounds.gaps(graph), room, 0)
         spans = sum(last + 1 - first for _, first, last in bounds.gaps(graph))
         assert (model.arrays()["matrix"].nnz < spans) == expected
         assert model.relaxed_first() == (not expected)  # several sizes: the LP as levels first
@@ -690,16 +690,24 @@ def test_a_unit_chains_gap_model_is_written_as_levels():
     assert fast["matrix"].shape == loops["matrix"].shape  # no level columns added
 
 
-def test_the_relaxation_first_is_the_lp_of_the_knapsack_written_out():
+def test_the_relaxation_first_is_the_lp_of_the_knapsack_written_out(monkeypatch):
     """On a knapsack of several sizes the LP relaxation as levels (``bounds._relaxed``), which
     ``_retention`` takes first, is the LP of the program written out, and at most its 0/1
-    optimum; the bound ``retention_bound`` proves is at least as high."""
+    optimum; the bound ``retention_bound`` then proves is that optimum, and keeps its
+    solution."""
     from remat.solvers import bounds, highs_backend
 
+    relaxed_calls = []
+    real_relaxed = bounds._relaxed
+    monkeypatch.setattr(bounds, "_relaxed",
+                        lambda *args: relaxed_calls.append(1) or real_relaxed(*args))
+
     graph = remat.graphs.linear(96)
+    least = peak_lower_bound(graph)
     for fraction in (0.1, 0.5):
-        budget = graph.static_mem + fraction * (checkpoint_all_peak(graph) - graph.static_mem)
+        budget = least + fraction * (checkpoint_all_peak(graph) - least)
         room = bounds.stage_room(graph, budget)
+        assert (room >= 0).all()
         gap, _, _ = bounds._gap_model(graph, bounds.gaps(graph), room, 0)
         assert gap.relaxed_first()
         relaxed = bounds._relaxed(gap, 30, None).bound
@@ -712,8 +720,40 @@ def test_the_relaxation_first_is_the_lp_of_the_knapsack_written_out():
         assert relaxed == pytest.approx(lp.bound, rel=1e-9, abs=1e-6)
         assert relaxed <= mip.bound + 1e-6
         offset = graph.total_cost + sum(graph.cost[v] for v, _, _ in bounds.gaps(graph))
+        before = len(relaxed_calls)
         bound = retention_bound(graph, budget, time_limit=30, models=("first",))
-        assert bound.value >= bounds._safe(graph, offset + mip.bound) > graph.total_cost
+        assert len(relaxed_calls) == before + 1  # the LP came first
+        assert bound.value == pytest.approx(bounds._safe(graph, offset + mip.bound), rel=1e-9)
+        assert bound.value > graph.total_cost and bound.kept_solved and not bound.kept_rounded
+
+
+def test_retention_starts_from_the_lp_until_a_solution_keeps_as_much(monkeypatch):
+    """Where the 0/1 knapsack is cut short, ``kept`` is the LP optimum rounded down
+    (``kept_rounded``) unless the cut-short solution keeps at least as much; that one then
+    replaces it and stays ``kept_rounded`` (auto starts retention from either)."""
+    from remat.solvers import bounds, highs_backend
+
+    graph = remat.graphs.linear(96)
+    least = peak_lower_bound(graph)
+    budget = least + 0.3 * (checkpoint_all_peak(graph) - least)
+    columns = bounds.gaps(graph)
+    real_run = highs_backend.run
+    for keep_all in (False, True):
+        def cut_short(arrays, *args, relax=False, **kwargs):
+            if relax:
+                return real_run(arrays, *args, relax=True, **kwargs)
+            x = np.zeros(arrays["matrix"].shape[1])
+            x[:len(columns)] = 1.0 if keep_all else 0.0  # the gap columns come first
+            return highs_backend.BackendResult("timeout", x, 0.0, -math.inf, 0.0)
+
+        monkeypatch.setattr(highs_backend, "run", cut_short)
+        bound = retention_bound(graph, budget, time_limit=30, models=("first",))
+        assert bound.status == "timeout" and bound.kept_rounded and not bound.kept_solved
+        rounded = bound.kept if not keep_all else None
+        if keep_all:
+            assert bound.kept == frozenset(range(len(columns)))
+        else:
+            assert 0 < len(rounded) < len(columns)  # the LP's whole columns
 
 
 def test_recomputations_are_those_of_the_loop():

@@ -648,6 +648,7 @@ def test_the_long_chain_bound_allows_an_overrun_only_for_knapsacks_written_out(m
         bounds.forget_bounds(graph)
         found = auto._long_bound(graph, budget, time.perf_counter() + 20, 20, None)
         assert (found.value > graph.total_cost) == unit
+        bounds.forget_bounds(graph)
         assert found.value == graph.total_cost or found.value == pytest.approx(
             bounds.retention_bound(graph, budget, 20).value)
 

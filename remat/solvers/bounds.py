@@ -68,8 +68,9 @@ class Bound:
     columns: int
     limit: float | None = None  # the time limit it ran under
     kept: frozenset[int] | None = None
-    """The gaps (indices into ``gaps(graph)``) the knapsack's best solution keeps alive: where a
-    schedule can start (``retention``); None where it has no solution."""
+    """The gaps (indices into ``gaps(graph)``) the knapsack's best solution (or its LP optimum
+    rounded down, ``kept_rounded``) keeps alive: where a schedule can start (``retention``);
+    None where it has no solution."""
     recompute_skipped: bool = False
     """The recompute model applied but was not run (no ``enough``): a call with a schedule
     this bound does not meet solves again."""
@@ -77,8 +78,9 @@ class Bound:
     """``kept`` is the optimum of its knapsack, not the best solution of one cut short (which
     on heterogeneous linear(2048) kept one gap of 2048)."""
     kept_rounded: bool = False
-    """``kept`` is the LP relaxation's optimum rounded down (``_relaxed``): near the knapsack's
-    optimum where it is nearly integral, as on chains."""
+    """``kept`` is the LP relaxation's optimum rounded down (``_relaxed``), or a 0/1 solution
+    that keeps at least as much: near the knapsack's optimum where the LP is nearly integral, as
+    on chains."""
 
 
 PROVEN_RTOL = 1e-7
@@ -230,7 +232,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
     # objective = rebuilds - (cost of the kept gaps); its dual bound is a lower bound on it
     base = total + float(sum(graph.cost[v] for v, _, _ in columns))
     value, status, kept, skipped, solved_kept = total, "optimal", None, False, False
-    rounded = False  # kept is the LP optimum rounded down
+    rounded = False  # kept is the LP optimum rounded down, or keeps at least as much
     size = moment_size(graph) if {"moment", "recompute"} & set(models) else 0
     solved: set[tuple[int, bool]] = set()  # what each gap model solved added to the first
 
@@ -284,7 +286,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             if gap is not None and gap.relaxed_first():
                 relaxed = _relaxed(gap, left, threads)
                 value = max(value, _safe(graph, offset + relaxed.bound))
-                if relaxed.x is not None and kept is None:
+                if relaxed.status == "optimal" and kept is None:
                     kept, rounded = _rounded_down(relaxed.x, gap_columns), True
                 if enough is not None and meets(enough, value):
                     break  # the optimum
@@ -303,9 +305,10 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
         value = max(value, _safe(graph, offset + result.bound))
         if gap_columns is not None and result.x is not None:
             found = frozenset(k for k, col in enumerate(gap_columns) if result.x[col] > 0.5)
-            if result.status == "optimal" or not rounded or \
+            solved = result.status == "optimal"
+            if solved or not rounded or \
                     _kept_cost(graph, columns, found) >= _kept_cost(graph, columns, kept):
-                kept, solved_kept, rounded = found, result.status == "optimal", False
+                kept, solved_kept, rounded = found, solved, rounded and not solved
         if enough is not None and meets(enough, value):
             break  # the bound is the optimum: nothing higher exists
         if result.status != "optimal":
@@ -316,8 +319,9 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
 
 
 def _rounded_down(x: np.ndarray, gap_columns: list[int]) -> frozenset[int]:
-    """The gaps an LP solution keeps whole: dropping the fractional ones keeps every memory
-    row within its room (the kept gaps are the schedule's start, not a bound)."""
+    """The gaps an optimal LP solution keeps whole: dropping the fractional ones keeps every
+    memory row within its room (not every rebuild row: the kept gaps are where retention's
+    schedule starts, not a bound)."""
     return frozenset(k for k, col in enumerate(gap_columns) if x[col] > 1 - 1e-6)
 
 
@@ -327,15 +331,17 @@ def _kept_cost(graph: RematGraph, columns: list[tuple[int, int, int]],
     return float(sum(graph.cost[columns[k][0]] for k in kept))
 
 
-def _relaxed(gap: "_Model", time_limit: float | None, threads: int | None):
-    """The LP relaxation of a gap knapsack, its memory rows as levels (HiGHS's result: its bound
-    is -inf where it is not solved in time). ``_retention`` takes it first where the knapsack has several sizes and
-    the levels are much sparser (``_Model.relaxed_first``): a bound within a second where the
-    0/1 program written out takes many. Heterogeneous linear(2048) at 10 / 30 / 60% of its
-    budget range: 1.197761 / 1.104018 / 1.036691 of the total cost in 0.16-0.17 s (the same LP
-    written out: 4.5 / 3.1 / 2.8 s), where the 0/1 optima at 10 / 60% are 1.197768 / 1.036717
-    (10-12 s; bench/results/fast_notes.md, session 24). The 0/1 program follows in the time
-    left: its solution is where ``retention`` starts."""
+def _relaxed(gap: "_Model", time_limit: float | None,
+             threads: int | None) -> highs_backend.BackendResult:
+    """The LP relaxation of a gap knapsack, its memory rows as levels (HiGHS's result: its
+    bound is -inf where it is not solved in time). ``_retention`` takes it first where the
+    knapsack has several sizes and the levels are much sparser (``_Model.relaxed_first``): a
+    bound within a second where the 0/1 program written out takes many. Heterogeneous
+    linear(2048) at 10 / 30 / 60% of its budget range: 1.197761 / 1.104018 / 1.036691 of the
+    total cost in 0.16-0.17 s (the same LP written out: 4.5 / 3.1 / 2.8 s), where the 0/1
+    optima at 10 / 60% are 1.197768 / 1.036717 (10-12 s; bench/results/fast_notes.md, session
+    24). The 0/1 program follows in the time left: its solution is where ``retention``
+    starts."""
     relaxed = gap.arrays(levels=True)
     result = highs_backend.run(relaxed, time_limit=time_limit, threads=threads, relax=True)
     if result.x is not None:
@@ -951,26 +957,31 @@ class _Model:
     def row(self, columns: list[int], values: list[float], lower: float) -> None:
         self.rows.append((columns, values, lower))
 
-    def _spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(first, last, columns, sizes) of the memory spans, and the stages they cover."""
-        first, last = np.array(self.first, dtype=np.int64), np.array(self.last, dtype=np.int64)
+    def _span_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(first, last, columns, sizes) of the memory spans."""
+        return (np.array(self.first, dtype=np.int64), np.array(self.last, dtype=np.int64),
+                np.array(self.columns, dtype=np.int64), np.array(self.sizes, dtype=float))
+
+    def _stages(self, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """The stages some span covers (the memory rows), in order."""
         covered = np.zeros(len(self.room) + 1, dtype=np.int64)  # spans starting - ending
         np.add.at(covered, first, 1)
         np.add.at(covered, last + 1, -1)
-        stages = np.flatnonzero(np.cumsum(covered[:-1]) > 0)
-        return (first, last, np.array(self.columns, dtype=np.int64),
-                np.array(self.sizes, dtype=float), stages)
+        return np.flatnonzero(np.cumsum(covered[:-1]) > 0)
+
+    def one_size(self) -> bool:
+        return len(set(self.sizes)) == 1
 
     def sparser_as_levels(self) -> bool:
         """Whether the levels take ``LEVELS_GAIN`` times fewer nonzeros than the entries."""
-        entries = sum(self.last) - sum(self.first) + len(self.first)
-        stages = len(self._spans()[4])
-        return entries > LEVELS_GAIN * 2 * (len(self.first) + stages)
+        first, last = np.array(self.first, dtype=np.int64), np.array(self.last, dtype=np.int64)
+        entries = int((last + 1 - first).sum())
+        return entries > LEVELS_GAIN * 2 * (len(first) + len(self._stages(first, last)))
 
     def relaxed_first(self) -> bool:
         """Whether the LP relaxation, as levels, is worth solving before the program written
         out (``_relaxed``): the levels are much sparser, but of several sizes."""
-        return len(set(self.sizes)) > 1 and self.sparser_as_levels()
+        return not self.one_size() and self.sparser_as_levels()
 
     def arrays(self, levels: bool | None = None) -> dict:
         """The HiGHS arrays; ``levels``: the memory rows as levels (``_levels``) or not, by
@@ -978,8 +989,9 @@ class _Model:
         from scipy.sparse import coo_matrix
 
         if levels is None:
-            levels = len(set(self.sizes)) == 1 and self.sparser_as_levels()
-        first, last, columns, sizes, stages = self._spans()
+            levels = self.one_size() and self.sparser_as_levels()
+        first, last, columns, sizes = self._span_arrays()
+        stages = self._stages(first, last)
         if levels:
             rows, cols, vals, added = _levels(first, last, columns, sizes, stages, len(self.cost))
         else:
@@ -1002,7 +1014,7 @@ class _Model:
                     row_lower=np.concatenate([memory_lower, extra]),
                     row_upper=np.concatenate([memory_upper, np.full(len(self.rows), np.inf)]),
                     col_lower=np.concatenate([np.zeros(len(self.cost)), np.full(added, -np.inf)]),
-                    col_upper=np.concatenate([self.upper, room if levels else []]),
+                    col_upper=np.concatenate([self.upper, room[:added]]),
                     cost=np.concatenate([self.cost, np.zeros(added)]),
                     integrality=np.concatenate([np.array(self.integer, dtype=bool),
                                                 np.zeros(added, dtype=bool)]))
@@ -1011,9 +1023,9 @@ class _Model:
 LEVELS_GAIN = 4
 """``_Model`` writes its memory rows as running levels (``_levels``) where every span has the
 same size and that takes this many times fewer nonzeros than one entry per stage. The memory
-rows are then interval rows of one coefficient, whose LP relaxation HiGHS solves without
-branching, and the levels make them O(spans): the gap knapsack of linear(4096, unit), 16.8M
-nonzeros written out, 24566 as levels, solved in 1.1 s instead of 16-22 s; linear(2048, unit)
+rows are then interval rows of one coefficient, a knapsack far easier than one of many sizes,
+and the levels make them O(spans): the gap knapsack of linear(4096, unit), 16.8M nonzeros
+written out, 24566 as levels, solved in 1.1 s instead of 16-22 s; linear(2048, unit)
 in 0.5 s instead of 3.3-4.9 s, with the same bounds (bench/results/fast_notes.md, session 24).
 Not with several sizes: the knapsack is then a true MIP, and HiGHS's cuts need the rows written
 out. Heterogeneous linear(2048) at 60%: 11.7 s written out, unsolved in 60 s as levels; the gap
@@ -1042,5 +1054,6 @@ def _levels(first, last, columns, sizes, stages, count):
     level = count + np.arange(len(stages))
     rows = np.concatenate([begin, end[ends], np.arange(len(stages)), np.arange(1, len(stages))])
     cols = np.concatenate([columns, columns[ends], level, level[:-1]])
-    vals = np.concatenate([-sizes, sizes[ends], np.ones(len(stages)), -np.ones(len(stages) - 1)])
+    vals = np.concatenate([-sizes, sizes[ends], np.ones(len(stages)),
+                           -np.ones(max(len(stages) - 1, 0))])
     return rows, cols, vals, len(stages)
