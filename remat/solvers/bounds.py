@@ -305,10 +305,10 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
         value = max(value, _safe(graph, offset + result.bound))
         if gap_columns is not None and result.x is not None:
             found = frozenset(k for k, col in enumerate(gap_columns) if result.x[col] > 0.5)
-            solved = result.status == "optimal"
-            if solved or not rounded or \
+            optimal = result.status == "optimal"
+            if optimal or not rounded or \
                     _kept_cost(graph, columns, found) >= _kept_cost(graph, columns, kept):
-                kept, solved_kept, rounded = found, solved, rounded and not solved
+                kept, solved_kept, rounded = found, optimal, rounded and not optimal
         if enough is not None and meets(enough, value):
             break  # the bound is the optimum: nothing higher exists
         if result.status != "optimal":
