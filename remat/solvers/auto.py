@@ -45,7 +45,8 @@ from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
 from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, method_applies,
                                 past, solver)
-from remat.solvers.bounds import Bound, bound_time, gaps, meets, retention_bound
+from remat.solvers.bounds import (Bound, bound_time, gaps_of_one_size, meets,
+                                  retention_bound)
 from remat.solvers.chain_dp import (COMPILED, LEAST_PEAK_LAYERS, Ahead, chain_of,
                                     distinct_segments, least_peak, persistent_fits, strided_only)
 from remat.solvers.min_budget import min_budget
@@ -302,9 +303,8 @@ def _long_bound(graph: RematGraph, budget: float, deadline: float, limit: float,
     HiGHS then gets its knapsack as levels, O(n) nonzeros, ``bounds.LEVELS_GAIN``), where that
     is at least ``bound_time(limit)``; else the trivial bound (every node once)."""
     layers = len(graph.forward_nodes) - 1
-    one_size = len({float(graph.mem[v]) for v, _, _ in gaps(graph)}) == 1
     seconds = LONG_BOUND_SHARE * (deadline - time.perf_counter()) - \
-        (0.0 if one_size else LONG_BOUND_OVERRUN * layers ** 2)
+        (0.0 if gaps_of_one_size(graph) else LONG_BOUND_OVERRUN * layers ** 2)
     if seconds < bound_time(limit):
         return Bound(float(graph.total_cost), "timeout", 0.0, 0, seconds)
     return retention_bound(graph, budget, seconds, threads)

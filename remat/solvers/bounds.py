@@ -972,26 +972,21 @@ class _Model:
     def one_size(self) -> bool:
         return len(set(self.sizes)) == 1
 
-    def sparser_as_levels(self) -> bool:
-        """Whether the levels take ``LEVELS_GAIN`` times fewer nonzeros than the entries."""
-        first, last = np.array(self.first, dtype=np.int64), np.array(self.last, dtype=np.int64)
-        entries = int((last + 1 - first).sum())
-        return entries > LEVELS_GAIN * 2 * (len(first) + len(self._stages(first, last)))
-
     def relaxed_first(self) -> bool:
         """Whether the LP relaxation, as levels, is worth solving before the program written
         out (``_relaxed``): the levels are much sparser, but of several sizes."""
-        return not self.one_size() and self.sparser_as_levels()
+        first, last = np.array(self.first, dtype=np.int64), np.array(self.last, dtype=np.int64)
+        return not self.one_size() and _sparser_as_levels(first, last, self._stages(first, last))
 
     def arrays(self, levels: bool | None = None) -> dict:
         """The HiGHS arrays; ``levels``: the memory rows as levels (``_levels``) or not, by
         default where ``LEVELS_GAIN`` says."""
         from scipy.sparse import coo_matrix
 
-        if levels is None:
-            levels = self.one_size() and self.sparser_as_levels()
         first, last, columns, sizes = self._span_arrays()
         stages = self._stages(first, last)
+        if levels is None:
+            levels = self.one_size() and _sparser_as_levels(first, last, stages)
         if levels:
             rows, cols, vals, added = _levels(first, last, columns, sizes, stages, len(self.cost))
         else:
@@ -1031,6 +1026,19 @@ Not with several sizes: the knapsack is then a true MIP, and HiGHS's cuts need t
 out. Heterogeneous linear(2048) at 60%: 11.7 s written out, unsolved in 60 s as levels; the gap
 models of seven zoo and random graphs at 30-80% of their budgets, as levels: slower or lower
 on 23 of 28 (e.g. random_dag(100) at 40%: 13.9 s, unsolved in 30 s as levels)."""
+
+
+def _sparser_as_levels(first: np.ndarray, last: np.ndarray, stages: np.ndarray) -> bool:
+    """Whether spans first..last over memory rows ``stages`` take ``LEVELS_GAIN`` times fewer
+    nonzeros as levels (two per span, two per row) than entry by entry."""
+    return int((last + 1 - first).sum()) > LEVELS_GAIN * 2 * (len(first) + len(stages))
+
+
+def gaps_of_one_size(graph: RematGraph) -> bool:
+    """Whether every gap (``gaps``) is of a value of one size, as on unit chains: the gap
+    knapsack is then written as levels where that is sparser (``LEVELS_GAIN``), and HiGHS sets
+    up O(gaps) nonzeros, not one per gap and stage."""
+    return len({float(graph.mem[v]) for v, _, _ in gaps(graph)}) == 1
 
 
 def _entries(first, last, columns, sizes, stages):
