@@ -1021,7 +1021,7 @@ same size and that takes this many times fewer nonzeros than one entry per stage
 rows are then interval rows of one coefficient, a knapsack far easier than one of many sizes,
 and the levels make them O(spans): the gap knapsack of linear(4096, unit), 16.8M nonzeros
 written out, 24566 as levels, solved in 1.1 s instead of 16-22 s; linear(2048, unit)
-in 0.5 s instead of 3.3-4.9 s, with the same bounds (bench/results/fast_notes.md, session 24).
+in 0.5-0.6 s instead of 3.3-4.9 s, with the same bounds (bench/results/fast_notes.md, session 24).
 Not with several sizes: the knapsack is then a true MIP, and HiGHS's cuts need the rows written
 out. Heterogeneous linear(2048) at 60%: 11.7 s written out, unsolved in 60 s as levels; the gap
 models of seven zoo and random graphs at 30-80% of their budgets, as levels: slower or lower
