@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from remat.schedule.rs import cheapest_r
-from remat.schedule.simulate import _Replay, simulate, unkept_mask
+from remat.schedule.simulate import replay, simulate
 
 
 def _rows(t: int):
@@ -40,13 +40,10 @@ def _stage(graph, t: int, current: np.ndarray, following: np.ndarray) -> tuple[f
     if t + 1 < size:
         S[t + 1, :t + 1] = following
     R = cheapest_r(graph, S)
-    replay = _Replay(graph)
-    replay.alive = set(np.flatnonzero(current).tolist())
-    replay.used = replay.peak = graph.static_mem + float(np.dot(current, graph.mem[:t]))
     keep = S[t + 1] if t + 1 < size else np.zeros(size, dtype=bool)
-    unkept = np.flatnonzero(unkept_mask(R[t], S[t], keep)).tolist()
-    replay.run_stage(t, np.flatnonzero(R[t]).tolist(), unkept, S[t], keep)
-    return float(graph.cost[R[t]].sum()), replay.peak
+    start = graph.static_mem + float(np.dot(current, graph.mem[:t]))
+    events = replay(graph, R[t:t + 1], S[t:t + 1], keep[None], start, first=t)
+    return float(graph.cost[R[t]].sum()), max(start, events.memory[events.compute].max())
 
 
 def _search(graph, combine, score):

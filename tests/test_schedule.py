@@ -144,6 +144,26 @@ def test_s_from_r_keeps_each_value_from_its_last_computation_to_each_read(seed):
     simulate(g, R, S)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_cheapest_r_computes_what_s_forces_and_its_missing_inputs(seed):
+    """The definition, stage by stage on random residencies: node t, each value kept into
+    stage t+1 that is not resident at stage t, and (searched by hand) every input of those
+    that is neither resident nor already among them."""
+    g = remat.graphs.random_dag(12, seed=seed)
+    rng = np.random.default_rng(seed)
+    S = np.tril(rng.random((g.size, g.size)) < 0.4, -1)
+    R = cheapest_r(g, S)
+    for t in range(g.size):
+        wanted = {t} | {v for v in range(t) if t + 1 < g.size and S[t + 1, v] and not S[t, v]}
+        row, stack = set(), list(wanted)
+        while stack:
+            k = stack.pop()
+            if k not in row:
+                row.add(k)
+                stack += [d for d in g.deps[k] if not S[t, d]]
+        assert set(np.flatnonzero(R[t]).tolist()) == row, t
+
+
 def test_s_from_r_names_a_read_before_any_computation():
     g = chain()
     R = np.eye(5, dtype=bool)
@@ -229,3 +249,72 @@ def test_broken_solution_json():
         remat.Solution.from_json('{"format": "remat-graph/1"}')
     with pytest.raises(InvalidScheduleError, match="malformed"):
         remat.Solution.from_json('{"format": "remat-solution/1", "T": 2}')
+
+
+def _replay_by_hand(graph, R, S):
+    """DESIGN.md's memory rule written out event by event, as a plain loop: the reference
+    the simulator's numpy replay must equal (events, peak, its stage and node)."""
+    size, mem, ws = graph.size, graph.mem, graph.workspace
+    alive, used, events = set(), float(graph.static_mem), []
+    peak, at = float(graph.static_mem), (-1, -1)
+    for t in range(size):
+        keep = S[t + 1] if t + 1 < size else np.zeros(size, dtype=bool)
+        computed = np.flatnonzero(R[t]).tolist()
+        reads = {}
+        for k in computed:
+            for d in graph.deps[k]:
+                reads[d] = reads.get(d, 0) + 1
+        for v in np.flatnonzero(S[t]).tolist():
+            if (not keep[v] or R[t, v]) and reads.get(v, 0) == 0:
+                alive.discard(v)
+                used -= mem[v]
+                events.append((t, "free", v, used))
+        for k in computed:
+            candidate = used + mem[k] + ws[k]
+            if candidate > peak or at[0] < 0:
+                peak, at = max(candidate, peak), (t, k)
+            events.append((t, "compute", k, candidate))
+            if k not in alive:
+                used += mem[k]
+                alive.add(k)
+            for d in graph.deps[k]:
+                reads[d] -= 1
+                if reads[d] == 0 and not keep[d] and d in alive:
+                    alive.discard(d)
+                    used -= mem[d]
+                    events.append((t, "free", d, used))
+            if reads.get(k, 0) == 0 and not keep[k]:
+                alive.discard(k)
+                used -= mem[k]
+                events.append((t, "free", k, used))
+    return events, peak, at
+
+
+def _random_schedule(graph, rng):
+    """A random valid (R, S): random residencies, what they force, then resident values
+    computed again at random (a copy replacing a resident one, kept or not)."""
+    size = graph.size
+    S = np.tril(rng.random((size, size)) < rng.uniform(0.1, 0.9), -1)
+    S[1:] &= S[:-1] | np.eye(size, dtype=bool)[:-1]  # kept only if resident or computed before
+    R = cheapest_r(graph, S)
+    for t, v in zip(*np.nonzero(S & (rng.random((size, size)) < 0.2))):
+        if all(S[t, d] or R[t, d] for d in graph.deps[v]):
+            R[t, v] = True
+    return R, S
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_simulator_replays_the_rule_written_out(seed):
+    rng = np.random.default_rng(seed)
+    graphs = [remat.graphs.random_dag(12, seed=seed), remat.graphs.unet(2),
+              remat.graphs.linear(6), chain(), diamond(), skip()]
+    for graph in graphs:
+        graph = graph.with_workspace(rng.integers(0, 3, graph.size) * (seed % 2))
+        for _ in range(10):
+            R, S = _random_schedule(graph, rng)
+            sim = simulate(graph, R, S)
+            events, peak, at = _replay_by_hand(graph, R, S)
+            assert [tuple(e) for e in sim.timeline] == events
+            assert (sim.peak_memory, (sim.peak_stage, sim.peak_node)) == (peak, at)
+            assert sim.plan == [(action, node) for _, action, node, _ in events]
+            assert sim.compute_cost == pytest.approx(float((R.sum(0) * graph.cost).sum()))

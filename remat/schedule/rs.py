@@ -12,35 +12,28 @@ import numpy as np
 
 from remat.errors import InvalidScheduleError
 from remat.graph.core import RematGraph
-from remat.schedule.simulate import as_matrix, row_lists
+from remat.schedule.simulate import as_matrix, nonzero, reads, upper
 
 
 def cheapest_r(graph: RematGraph, S) -> np.ndarray:
     """The least R that makes ``S`` a valid schedule (R[t] never recomputes a resident value)."""
     S = as_matrix(graph, S, "S")
     size = graph.size
-    if np.triu(S).any():
-        t, i = map(int, np.argwhere(np.triu(S))[0])
+    if (S & upper(size, 0)).any():
+        t, i = map(int, np.argwhere(S & upper(size, 0))[0])
         raise InvalidScheduleError(f"S[{t},{i}]=1: stage {t} cannot start with "
                                    f"{graph.describe(i)}, which comes at or after node {t}")
-    kept_new = np.zeros_like(S)  # kept into stage t+1 but not resident at stage t
-    kept_new[:-1] = S[1:] & ~S[:-1]
-    deps = graph.deps
-    stages: list[int] = []
-    nodes: list[int] = []
-    for t, wanted in enumerate(row_lists(kept_new)):
-        resident, row = S[t], set()
-        wanted.append(t)
-        while wanted:
-            node = wanted.pop()
-            if node in row:
-                continue
-            row.add(node)
-            wanted.extend(d for d in deps[node] if not resident[d] and d not in row)
-        stages += [t] * len(row)
-        nodes += row
-    R = np.zeros((size, size), dtype=bool)
-    R[stages, nodes] = True
+    R = np.zeros_like(S)
+    R[:-1] = S[1:] & ~S[:-1]  # kept into stage t+1 but not resident at stage t
+    np.fill_diagonal(R, True)
+    # their missing inputs, a layer of the closure at a time, every stage at once
+    stage, node = nonzero(R)
+    while stage.size:
+        comp, dep = reads(graph, node)
+        stage = stage[comp]
+        missing = ~(S[stage, dep] | R[stage, dep])
+        stage, node = np.divmod(np.unique(stage[missing] * size + dep[missing]), size)
+        R[stage, node] = True
     return R
 
 
@@ -48,35 +41,34 @@ def s_from_r(graph: RematGraph, R) -> np.ndarray:
     """The least S for ``R``: each value stays from its last computation to its last read."""
     R = as_matrix(graph, R, "R")
     size = graph.size
-    stage, reader, dep = _reads(graph, R)
+    c_stage, c_node = nonzero(R)
+    comp, dep = reads(graph, c_node)
+    stage, reader = c_stage[comp], c_node[comp]
     outside = ~R[stage, dep]  # not read from a copy computed earlier in the same stage
     stage, reader, dep = stage[outside], reader[outside], dep[outside]
-    first = np.where(R.any(axis=0), R.argmax(axis=0), size)
+    first = np.full(size, size)
+    np.minimum.at(first, c_node, c_stage)
     early = np.flatnonzero(first[dep] >= stage)
     if early.size:
         i = early[0]
         raise InvalidScheduleError(
             f"stage {stage[i]}: {graph.describe(int(reader[i]))} reads "
             f"{graph.describe(int(dep[i]))} before any stage computes it")
-    read = np.zeros((size, size), dtype=bool)
-    read[stage, dep] = True
-    # S[t, d]: the next event of d from stage t on (a computation or such a read) is a read
+    # each value's events by stage: its computations and the stages that read it; S[t, d]
+    # when the next event of d from stage t on is a read, so from the event before each read
+    # (there is one: its computation at least) up to the read
+    events = np.concatenate([c_node * size + c_stage, np.unique(dep * size + stage)])
+    is_read = np.repeat([False, True], [len(c_stage), len(events) - len(c_stage)])
+    order = np.argsort(events, kind="stable")
+    events, is_read = events[order], is_read[order]
+    at = np.flatnonzero(is_read)
+    value, last = np.divmod(events[at], size)
+    before = events[at - 1] % size
+    lengths = last - before
+    rows = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     S = np.zeros((size, size), dtype=bool)
-    following = np.zeros(size, dtype=bool)
-    for t in range(size - 1, -1, -1):
-        following = (following & ~R[t]) | read[t]
-        S[t] = following
+    S[np.repeat(before + 1, lengths) + rows, np.repeat(value, lengths)] = True
     return S
-
-
-def _reads(graph: RematGraph, R: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(stage, reader, value) of every read of ``R``'s computations, ordered as they run."""
-    stage, node = np.nonzero(R)
-    indptr, indices = graph.dep_edges
-    counts = indptr[node + 1] - indptr[node]
-    offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-    dep = indices[np.repeat(indptr[node], counts) + offsets]
-    return np.repeat(stage, counts), np.repeat(node, counts), dep
 
 
 def tighten(graph: RematGraph, S) -> tuple[np.ndarray, np.ndarray]:

@@ -122,7 +122,7 @@ def _moves(graph: RematGraph, point: Point, t: int) -> Iterator[np.ndarray]:
     """The S of each drop, hoist and hold move at stage ``t`` (module docstring) on the
     values live at that stage's peak."""
     R, S = point.R, point.S
-    for v in _live_at_peak(point.sim, t):
+    for v in point.sim.live_at_peak(t):
         if S[t, v]:
             yield _drop(graph, R, S, t, v)
         elif R[t, v] and v != t:
@@ -147,20 +147,3 @@ def _drop(graph: RematGraph, R: np.ndarray, S: np.ndarray, t: int, v: int) -> np
         if any(v in graph.deps[k] for k in np.flatnonzero(R[u])):
             break
     return dropped
-
-
-def _live_at_peak(sim: Simulation, stage: int) -> list[int]:
-    """The values in memory when stage ``stage`` peaks (the output being computed too)."""
-    live: set[int] = set()
-    at_peak: set[int] = set()
-    high = -np.inf
-    for event in sim.timeline:
-        if event.stage > stage:
-            break
-        if event.action == "compute":
-            live.add(event.node)
-            if event.stage == stage and event.memory > high:
-                high, at_peak = event.memory, set(live)
-        else:
-            live.discard(event.node)
-    return sorted(at_peak)

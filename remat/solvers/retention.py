@@ -45,7 +45,7 @@ import numpy as np
 from remat.graph.core import RematGraph
 from remat.schedule.budget import checkpoint_all_peak
 from remat.schedule.rs import checkpoint_all, tighten
-from remat.schedule.simulate import simulate
+from remat.schedule.simulate import nonzero, simulate
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions, past
 from remat.solvers.bounds import (bound_time, gaps, meets, retained,
@@ -447,7 +447,7 @@ def _recomputations(graph: RematGraph, R: np.ndarray) -> list[tuple[int, int, in
     first, dearest first (ties by stage, then value). In numpy: a schedule of linear(2048,
     unit) with 1M recomputations took 5.3 s in a Python loop, and finding each one's previous
     computation again took 22 s in ``_hold_repeats``."""
-    values, stages = np.nonzero(R.T)  # by value, then stage
+    values, stages = nonzero(R.T)  # by value, then stage
     later = np.zeros(len(values), dtype=bool)
     later[1:] = values[1:] == values[:-1]
     before = np.concatenate(([-1], stages[:-1]))[later]
