@@ -1001,3 +1001,42 @@ def test_auto_tries_retention_before_a_slow_chain_dp():
     budget = least + 0.3 * (checkpoint_all_peak(shorter) - least)
     sol = solver("auto")(shorter, budget, SolveOptions(time_limit=30))
     assert sol.status == "optimal" and sol.details["tried"] == ["chain-dp"]
+
+
+@pytest.mark.parametrize("first_gap", [0.05, 1e-5])
+def test_auto_gives_the_time_its_methods_leave_to_the_bound(monkeypatch, first_gap):
+    """On a DAG where every method ends early (a fake clock: each takes one second of 30),
+    the time left goes to the retention bound, told the cheapest cost, where that cost is
+    more than ``LEFT_GAP`` above the first bound (5%); not where it is within it (1e-5)."""
+    from types import SimpleNamespace
+
+    from remat.solvers import auto
+
+    graph = remat.graphs.random_dag(10, seed=1)
+    budget = parse_budget("100%", graph)
+    found = solver("checkpoint-all")(graph, budget, SolveOptions())
+    first = found.compute_cost / (1 + first_gap)  # stand-ins: not the graph's true bounds
+    clock, asked = [0.0], []
+
+    def fake(name):
+        def run(graph, budget, options):
+            clock[0] += 1.0
+            return found.with_(lower_bound=0.0)
+        return run
+
+    def bound(graph, budget, time_limit, threads, enough=None):
+        asked.append((time_limit, enough))
+        return SimpleNamespace(value=first if enough is None else enough)
+
+    monkeypatch.setattr(auto, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(auto, "solver", fake)
+    monkeypatch.setattr(auto, "retention_bound", bound)
+    monkeypatch.setattr(auto, "below_floor", lambda *args, **kwargs: None)
+    sol = auto.solve(graph, budget, SolveOptions(time_limit=30))
+    ran = len(sol.details["tried"])
+    assert asked[0][1] is None and ran < 30
+    if first_gap > auto.LEFT_GAP:
+        assert asked[1:] == [(pytest.approx(30 - ran), found.compute_cost)]
+        assert sol.status == "optimal" and sol.lower_bound == found.compute_cost
+    else:
+        assert asked[1:] == [] and sol.lower_bound == pytest.approx(first)
