@@ -281,12 +281,9 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
             proof = proof or _proof_left(results[-1], methods[k + 1:])
         if proof == "now":
             break
-    if proof is not None:
-        known = max(known or -math.inf, retention_bound(
-            graph, budget, max(deadline - time.perf_counter(), MIN_STEP_SECONDS),
-            options.threads, enough=_cheapest(results).compute_cost).value)
-    elif known is not None and not long:
-        known = _bound_left(graph, budget, known, results, deadline, options.threads)
+    if proof is not None or (known is not None and not long):
+        known = _bound_left(graph, budget, known, results, deadline, options.threads,
+                            always=proof is not None)
     feasible = [r for r in results if r.feasible]
     if not feasible and not any(r.proven_infeasible for r in results) and not long:
         results += _lowest_left(graph, budget, options, deadline)
@@ -306,22 +303,24 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
                            tried=[r.method for r in results])
 
 
-def _bound_left(graph: RematGraph, budget: float, known: float, results: list[Solution],
-                deadline: float, threads: int | None) -> float:
-    """``known``, or where every method ended before the limit (retention's search stops
-    where it stalls) with the cheapest schedule more than ``LEFT_GAP`` above the best bound,
-    the bound again with the time left (at least ``LEFT_SECONDS``), told that schedule's cost.
+def _bound_left(graph: RematGraph, budget: float, known: float | None,
+                results: list[Solution], deadline: float, threads: int | None,
+                always: bool = False) -> float:
+    """``known``, or the bound again with the time left, told the cheapest schedule's cost:
+    ``always`` after chain-dp (``_proof_left``), else where every method ended before the
+    limit (retention's search stops where it stalls, at least ``LEFT_SECONDS`` left) with the
+    cheapest schedule more than ``LEFT_GAP`` above the best bound.
     Its models then get more than their first tenth of the limit: U-Net at op level, 50%,
     60 s: retention stopped after 17.6 s at 1.12517 of the total cost, 2.5% above the bound
     of the first 6 s (1.097199); given 40 s the bound is 1.125161 (its moment model solves
     in 30.7 s)."""
     best = _cheapest(results)
     left = deadline - time.perf_counter()
-    if best is None or left < LEFT_SECONDS or \
-            best.compute_cost <= _bound(known, results) * (1 + LEFT_GAP):
+    if not always and (best is None or left < LEFT_SECONDS or
+                       best.compute_cost <= _bound(known, results) * (1 + LEFT_GAP)):
         return known
-    return max(known, retention_bound(graph, budget, left, threads,
-                                      enough=best.compute_cost).value)
+    return max(known or -math.inf, retention_bound(graph, budget, max(left, MIN_STEP_SECONDS),
+                                                   threads, enough=best.compute_cost).value)
 
 
 def _long_bound(graph: RematGraph, budget: float, deadline: float, limit: float,

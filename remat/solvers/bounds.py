@@ -975,7 +975,7 @@ class _Model:
     def relaxed_first(self) -> bool:
         """Whether the LP relaxation, as levels, is worth solving before the program written
         out (``_relaxed``): the levels are much sparser, but of several sizes."""
-        first, last = np.array(self.first, dtype=np.int64), np.array(self.last, dtype=np.int64)
+        first, last, _, _ = self._span_arrays()
         return not self.one_size() and _sparser_as_levels(first, last, self._stages(first, last))
 
     def arrays(self, levels: bool | None = None) -> dict:
