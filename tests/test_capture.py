@@ -238,6 +238,27 @@ def test_dropout_nodes_are_marked_random():
     assert all(cap.graph.node_meta[i]["random"] for i in cap.random_nodes)
 
 
+def test_memory_order_lowers_the_plain_peak_and_keeps_the_step():
+    """Tiny U-Net: in capture's default order its plain step holds less at once than in
+    autograd's (9.88 -> 9.02 MB when this was written), with the same nodes and the same step."""
+    model, inputs, loss_fn = remat.zoo.load("unet", tiny=True)
+    traced = capture(model, inputs, loss_fn, cost_model="unit", order="trace")
+    cap = capture(model, inputs, loss_fn, cost_model="unit")
+    assert cap.graph.names != traced.graph.names
+    assert sorted(cap.graph.names) == sorted(traced.graph.names)
+    assert checkpoint_all_peak(cap.graph) < 0.95 * checkpoint_all_peak(traced.graph)
+    _check_contract(cap)
+    before = _state(model)
+    loss, grads, state = _captured(cap, model, inputs)
+    model.load_state_dict(before)
+    loss_e, grads_e, state_e = _eager(model, inputs, loss_fn)
+    assert torch.allclose(loss, loss_e)
+    assert all(torch.allclose(grads[k], grads_e[k]) for k in grads_e)
+    assert all(torch.allclose(state[k].double(), state_e[k].double()) for k in state_e)
+    with pytest.raises(ValueError, match="order"):
+        capture(model, inputs, loss_fn, order="fastest")
+
+
 def _target(cap, name):
     return next(n.target for n in cap.joint.graph.nodes if n.name == name)
 
@@ -410,3 +431,16 @@ def test_captured_graph_feeds_the_solvers():
     budget = remat.parse_budget("80%", graph)
     sol = remat.solve(graph, budget, method="chen-greedy")
     assert sol.status in ("optimal", "feasible") and sol.peak_memory <= budget
+
+
+def test_cli_capture_writes_either_order(tmp_path, capsys):
+    from remat.cli.main import main
+
+    paths = {order: tmp_path / f"{order}.json" for order in ("memory", "trace")}
+    for order, path in paths.items():
+        assert main(["capture", "unet", "--tiny", "--cost-model", "unit", "--order", order,
+                     "-o", str(path)]) == 0
+    graphs = {order: remat.RematGraph.from_json(path) for order, path in paths.items()}
+    assert sorted(graphs["memory"].names) == sorted(graphs["trace"].names)
+    assert checkpoint_all_peak(graphs["memory"]) < checkpoint_all_peak(graphs["trace"])
+    assert "checkpoint-all peak" in capsys.readouterr().out

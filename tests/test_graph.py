@@ -136,3 +136,54 @@ def test_articulation_points():
 def test_generator_arguments_checked():
     with pytest.raises(ValueError, match="integer >= 1"):
         remat.graphs.linear(0)
+
+
+def branches():
+    """x, then two large values a, b read by small ones sa, sb, then their sum: traced as
+    x, a, b, sa, sb, sum, a and b are alive together."""
+    return RematGraph(["x", "a", "b", "sa", "sb", "sum"], [1] * 6, [1, 10, 10, 1, 1, 1],
+                      [[], [0], [0], [1], [2], [3, 4]], [False] * 6)
+
+
+def test_memory_order_computes_the_reader_of_a_large_value_first():
+    from remat.graph.order import memory_order, reordered
+    from remat.schedule import checkpoint_all_peak
+
+    g = branches()
+    assert memory_order(g) == (0, 1, 3, 2, 4, 5)  # sa frees a before b is computed
+    h = reordered(g, memory_order(g))
+    assert h.names == ("x", "a", "sa", "b", "sb", "sum")
+    assert h.deps == ((), (0,), (1,), (0,), (3,), (2, 4))
+    assert checkpoint_all_peak(g) == 21 and checkpoint_all_peak(h) == 12
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_memory_order_is_topological_forward_first_and_keeps_random_nodes_in_order(seed):
+    from remat.graph.order import memory_order, reordered
+
+    base = remat.graphs.random_dag(30, seed=seed)
+    rng = np.random.default_rng(seed)
+    marks = rng.random(base.size) < 0.3
+    g = RematGraph(base.names, base.cost, base.mem, base.deps, base.is_backward,
+                   node_meta=[{"random": bool(m)} for m in marks])
+    order = memory_order(g)
+    assert sorted(order) == list(range(g.size))
+    position = {v: i for i, v in enumerate(order)}
+    assert all(position[d] < position[v] for v in range(g.size) for d in g.deps[v])
+    phases = [bool(g.is_backward[v]) for v in order]
+    assert phases == sorted(phases) and order[len(g.forward_nodes) - 1] == g.loss_node
+    randoms = [v for v in order if marks[v]]
+    assert randoms == sorted(randoms)
+    h = reordered(g, order)
+    assert [m["random"] for m in h.node_meta] == [bool(marks[v]) for v in order]
+    assert h.total_cost == g.total_cost and h.static_mem == g.static_mem
+
+
+def test_reordered_rejects_what_is_not_a_topological_permutation():
+    from remat.graph.order import reordered
+
+    g = branches()
+    with pytest.raises(ValueError, match="permutation"):
+        reordered(g, [0, 1, 2, 3, 4])
+    with pytest.raises(InvalidGraphError):
+        reordered(g, [1, 0, 2, 3, 4, 5])

@@ -91,7 +91,8 @@ def load_graph(spec: str):
 
 
 def _captured_graph(spec: str, tiny: bool = False, batch_size: int | None = None,
-                    cost_model: str = "profile", granularity: str = "module"):
+                    cost_model: str = "profile", granularity: str = "module",
+                    order: str = "memory"):
     try:
         from remat.capture import capture
         from remat.zoo import resolve
@@ -99,7 +100,8 @@ def _captured_graph(spec: str, tiny: bool = False, batch_size: int | None = None
         raise SystemExit(f"remat: cannot capture {spec!r}: model capture is not available "
                          f"({exc}); give a graph JSON file or a synthetic spec like linear:32")
     model, inputs, loss_fn = resolve(spec, tiny=tiny, batch_size=batch_size)
-    return capture(model, inputs, loss_fn, cost_model=cost_model, granularity=granularity).graph
+    return capture(model, inputs, loss_fn, cost_model=cost_model, granularity=granularity,
+                   order=order).graph
 
 
 def add_capture(sub) -> None:
@@ -114,6 +116,9 @@ def add_capture(sub) -> None:
     p.add_argument("--tiny", action="store_true", help="the small variant of a zoo model")
     p.add_argument("--cost-model", default="profile", choices=["profile", "flops", "unit"])
     p.add_argument("--granularity", default="module", choices=["module", "op"])
+    p.add_argument("--order", default="memory", choices=["memory", "trace"],
+                   help="node order: memory (default; a topological order that lowers the "
+                        "plain step's peak, where it does) or trace (as autograd traced it)")
     p.set_defaults(run=run_capture)
 
 
@@ -124,7 +129,7 @@ def run_capture(args) -> int:
     start = time.perf_counter()
     print(f"capturing {args.model} ...", file=sys.stderr, flush=True)
     graph = _captured_graph(args.model, args.tiny, args.batch_size, args.cost_model,
-                            args.granularity)
+                            args.granularity, args.order)
     graph.to_json(args.output)
     print(f"wrote {args.output}: {graph.size} nodes, static {format_bytes(graph.static_mem)}, "
           f"checkpoint-all peak {format_bytes(checkpoint_all_peak(graph))} "

@@ -9,7 +9,7 @@ from remat.runtime.step import CompiledStep
 
 def compile(model: torch.nn.Module, example_inputs, loss_fn=None, budget="60%",
             method: str = "auto", cache=True, cost_model: str = "profile",
-            granularity: str = "module", **options) -> CompiledStep:
+            granularity: str = "module", order: str = "memory", **options) -> CompiledStep:
     """Compile one training step of ``model`` to run within ``budget``.
 
     Parameters
@@ -27,7 +27,7 @@ def compile(model: torch.nn.Module, example_inputs, loss_fn=None, budget="60%",
     cache
         True: reuse solutions stored under ``remat.runtime.cache.default_cache_dir()``;
         a directory path: store them there; False: always solve.
-    cost_model, granularity
+    cost_model, granularity, order
         Passed to ``remat.capture``.
 
     Compiling never changes the model's parameters or buffers.
@@ -39,7 +39,7 @@ def compile(model: torch.nn.Module, example_inputs, loss_fn=None, budget="60%",
     distributed = _distributed(model)
     inner = distributed.module if distributed is not None else model
     captured = capture(inner, tuple(example_inputs), loss_fn=loss_fn, cost_model=cost_model,
-                       granularity=granularity)
+                       granularity=granularity, order=order)
     solution = cached_solve(captured.graph, budget, method, cache=cache, cost_model=cost_model,
                             **options)
     return CompiledStep(captured, solution, distributed=distributed)
