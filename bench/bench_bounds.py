@@ -98,7 +98,7 @@ def chain_rows(limit, sizes=(8, 16, 32, 64, 128), methods=("chain-dp",)):
                     _, sol, wall = measured(method, graph, lambda: solver(method)(
                         graph, budget, SolveOptions(time_limit=limit)))
                     yield dict(graph=f"linear{n}{'-unit' if unit else ''}", T=graph.size,
-                               budget=f"f={fraction}", method=method, status=_status(sol),
+                               budget=f"f={fraction}", method=method, status=status_of(sol),
                                cost=_rel(sol.compute_cost, graph.total_cost),
                                bound=_rel(sol.lower_bound, graph.total_cost),
                                gap=sol.compute_cost / sol.lower_bound - 1,
@@ -133,7 +133,7 @@ def rows_for(name, graph, percent, limit, plain_max, methods=ROWS):
         feasible = sol is not None and sol.feasible
         lower = sol.lower_bound if feasible and label != "best-classic" else None
         out.append(dict(graph=name, T=graph.size, budget=percent, method=label,
-                        status=_status(sol),
+                        status=status_of(sol),
                         cost=_rel(sol.compute_cost, total) if feasible else None,
                         bound=_rel(lower, total) if lower is not None else None,
                         gap=(sol.compute_cost / lower - 1) if lower else None,
@@ -142,7 +142,7 @@ def rows_for(name, graph, percent, limit, plain_max, methods=ROWS):
     return out
 
 
-def _status(sol):
+def status_of(sol):
     """The solver's status, except "no schedule" where it found none and did not prove that
     none exists (``Solution.proven_infeasible``)."""
     if sol is None or (not sol.feasible and not sol.proven_infeasible):

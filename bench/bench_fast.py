@@ -45,7 +45,7 @@ from remat.solvers.chain_dp import _OutOfTime, chain_of, forget_states, persiste
 
 sys.path.insert(0, str(Path(__file__).parent))
 # "no schedule" where nothing is proven; each method cold; Checkmate's MILP as published
-from bench_bounds import _status, measured, plain_milp  # noqa: E402
+from bench_bounds import measured, plain_milp, status_of  # noqa: E402
 
 FRACTIONS = (0.0, 0.1, 0.3, 0.6)
 SWEEP = (0.9, 0.7, 0.5, 0.4, 0.3, 0.2, 0.15, 0.1, 0.05, 0.0)
@@ -61,7 +61,7 @@ def budgets(graph) -> list[tuple[float, float]]:
 
 def row(graph_name, n, unit, fraction, budget, sol, wall, method=None) -> dict:
     return dict(graph=graph_name, n=n, unit=unit, T=2 * n + 1, budget_fraction=fraction,
-                budget_bytes=budget, method=method or sol.method, status=_status(sol),
+                budget_bytes=budget, method=method or sol.method, status=status_of(sol),
                 cost=sol.compute_cost if sol.feasible else None,
                 lower_bound=sol.lower_bound if sol.feasible else None,
                 gap=sol.gap, solve_time=round(wall, 4))
