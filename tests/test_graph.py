@@ -187,3 +187,19 @@ def test_reordered_rejects_what_is_not_a_topological_permutation():
         reordered(g, [0, 1, 2, 3, 4])
     with pytest.raises(InvalidGraphError):
         reordered(g, [1, 0, 2, 3, 4, 5])
+
+
+def test_lower_order_only_where_the_plain_peak_drops():
+    from remat.graph.order import lower_order, memory_order, reordered
+
+    from remat.schedule import checkpoint_all_peak
+
+    assert lower_order(branches()) == (0, 1, 3, 2, 4, 5)
+    assert lower_order(remat.graphs.linear(6)) is None  # one order only
+    # b small: the memory order computes b's branch first, and a (10) is alive with one
+    # small value either way: the same plain peak, so the order stays
+    g = RematGraph(["x", "a", "b", "sa", "sb", "sum"], [1] * 6, [1, 10, 1, 1, 1, 1],
+                   [[], [0], [0], [1], [2], [3, 4]], [False] * 6)
+    assert memory_order(g) == (0, 2, 4, 1, 3, 5)
+    assert checkpoint_all_peak(reordered(g, memory_order(g))) == checkpoint_all_peak(g) == 12
+    assert lower_order(g) is None

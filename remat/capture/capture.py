@@ -15,7 +15,7 @@ from remat.capture.storage import StorageMap, build_storage_map, split_static_vi
 from remat.capture.trace import trace_joint
 from remat.errors import UnsupportedModelError
 from remat.graph.core import RematGraph
-from remat.graph.order import memory_order, reordered
+from remat.graph.order import lower_order
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,9 +101,9 @@ def check_inputs(cap: Capture, inputs) -> None:
 
 
 ORDERS = ("memory", "trace")
-"""How ``capture`` orders the graph's nodes: ``"memory"`` (``remat.graph.order.memory_order``
-where it lowers checkpoint-all's peak, else as traced) or ``"trace"`` (forward nodes, then
-backward ones, each as autograd traced them)."""
+"""How ``capture`` orders the graph's nodes: ``"memory"`` (``remat.graph.order.lower_order``:
+``memory_order`` where it lowers checkpoint-all's peak, else as traced) or ``"trace"``
+(forward nodes, then backward ones, each as autograd traced them)."""
 
 
 def capture(model: nn.Module, example_inputs, loss_fn=None, cost_model="profile",
@@ -143,13 +143,9 @@ def capture(model: nn.Module, example_inputs, loss_fn=None, cost_model="profile"
 
 
 def _in_memory_order(graph: RematGraph, groups: list[Group]) -> list[Group] | None:
-    """``groups`` in ``memory_order`` where that lowers checkpoint-all's peak; else None."""
-    from remat.schedule.budget import checkpoint_all_peak
-
-    order = memory_order(graph)
-    if checkpoint_all_peak(reordered(graph, order)) >= checkpoint_all_peak(graph):
-        return None
-    return [groups[v] for v in order]
+    """``groups`` in ``lower_order(graph)``; None where the order stays."""
+    order = lower_order(graph)
+    return None if order is None else [groups[v] for v in order]
 
 
 def _check_options(model, cost_model, granularity, order) -> None:

@@ -2,8 +2,9 @@
 
 A schedule (DESIGN.md) runs each stage's computations in index order, so the order fixes
 which values are alive together: checkpoint-all's peak, and the least peak of any schedule.
-``memory_order`` is a topological order that keeps memory low (a greedy list schedule); the
-capture uses it where it lowers checkpoint-all's peak (``remat.capture``).
+``memory_order`` is a topological order that keeps memory low (a greedy list schedule);
+``lower_order`` returns it where it lowers checkpoint-all's peak, which is where the capture
+uses it (``remat.capture``).
 """
 from __future__ import annotations
 
@@ -44,6 +45,18 @@ def memory_order(graph: RematGraph) -> tuple[int, ...]:
             if waiting[user] == 0:
                 ready.append(user)
     return tuple(order)
+
+
+def lower_order(graph: RematGraph) -> tuple[int, ...] | None:
+    """``memory_order(graph)`` where the graph in that order has a lower checkpoint-all peak;
+    None where it has not (then the order stays: where the plain peak is the same, the least
+    peak moved both ways here, e.g. ResNet-50 and GPT-2 at op level)."""
+    from remat.schedule.budget import checkpoint_all_peak  # remat.schedule builds on graphs
+
+    order = memory_order(graph)
+    if checkpoint_all_peak(reordered(graph, order)) >= checkpoint_all_peak(graph):
+        return None
+    return order
 
 
 def _added(graph: RematGraph, node: int, readers: list[int]) -> float:
