@@ -128,9 +128,17 @@ def test_run_matches_eager_step(name):
     before = _state(model)
     cap = capture(model, inputs, loss_fn, cost_model="unit")
     assert all(torch.equal(before[k], v) for k, v in _state(model).items()), "capture changed the model"
+    _assert_run_is_eager(cap, model, inputs, loss_fn)
+
+
+def _assert_run_is_eager(cap, model, inputs, loss_fn):
+    """``cap.run`` gives the eager step's loss, gradients and buffers; the model is left with
+    its state from before."""
+    before = _state(model)
     loss, grads, state = _captured(cap, model, inputs)
     model.load_state_dict(before)
     loss_e, grads_e, state_e = _eager(model, inputs, loss_fn)
+    model.load_state_dict(before)
     assert torch.allclose(loss, loss_e)
     assert grads.keys() == grads_e.keys()
     for key in grads:
@@ -248,13 +256,7 @@ def test_memory_order_lowers_the_plain_peak_and_keeps_the_step():
     assert sorted(cap.graph.names) == sorted(traced.graph.names)
     assert checkpoint_all_peak(cap.graph) < 0.95 * checkpoint_all_peak(traced.graph)
     _check_contract(cap)
-    before = _state(model)
-    loss, grads, state = _captured(cap, model, inputs)
-    model.load_state_dict(before)
-    loss_e, grads_e, state_e = _eager(model, inputs, loss_fn)
-    assert torch.allclose(loss, loss_e)
-    assert all(torch.allclose(grads[k], grads_e[k]) for k in grads_e)
-    assert all(torch.allclose(state[k].double(), state_e[k].double()) for k in state_e)
+    _assert_run_is_eager(cap, model, inputs, loss_fn)
     with pytest.raises(ValueError, match="order"):
         capture(model, inputs, loss_fn, order="fastest")
 
@@ -269,12 +271,7 @@ def test_op_granularity_is_finer_and_valid():
     fine = capture(model, inputs, loss_fn, cost_model="unit", granularity="op")
     assert fine.graph.size > coarse.graph.size
     _check_contract(fine)
-    before = _state(model)
-    loss, grads, _ = _captured(fine, model, inputs)
-    model.load_state_dict(before)
-    loss_e, grads_e, _ = _eager(model, inputs, loss_fn)
-    assert torch.allclose(loss, loss_e)
-    assert all(torch.allclose(grads[k], grads_e[k]) for k in grads)
+    _assert_run_is_eager(fine, model, inputs, loss_fn)
     with pytest.raises(ValueError, match="granularity"):
         capture(model, inputs, loss_fn, granularity="layer")
 
