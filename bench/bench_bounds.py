@@ -8,7 +8,8 @@
 Graphs: the tiny zoo captured at module and op granularity with FLOP costs (bench/graphs/,
 made by ``remat capture NAME --tiny --cost-model flops --granularity G -o ...`` before the
 capture ordered nodes for memory: in autograd's order, ``--order trace``; ``--order memory``
-puts them in the order capture now gives them, ``remat.graph.order.lower_order``) and
+reorders each file by ``remat.graph.order.lower_order``, the rule capture now applies; the
+files are older captures, so their sizes differ somewhat from a capture made today) and
 ``remat.graphs.random_dag(n)`` for n = 100, 250, 500 (T = 201 to 1001). For every graph and
 budget it runs:
 
@@ -59,7 +60,7 @@ RANDOM_SIZES = (100, 250, 500)
 
 def graphs(kinds: list[str], order: str = "trace"):
     """(name, graph) pairs, smallest first. ``order="memory"``: each zoo graph (captured in
-    autograd's order) in the order ``remat.capture`` now gives it (``lower_order``)."""
+    autograd's order) reordered by ``lower_order``, the rule ``remat.capture`` now applies."""
     found = []
     if "zoo" in kinds:
         for path in sorted(GRAPH_DIR.glob("*.json")):
@@ -197,7 +198,7 @@ def main(argv=None) -> None:
     parser.add_argument("--methods", default=",".join(ROWS),
                         help="comma-separated rows to run for each zoo or random graph")
     parser.add_argument("--order", default="trace", choices=["trace", "memory"],
-                        help="memory: the zoo graphs in the order capture now gives them")
+                        help="memory: the zoo graphs reordered by the rule capture now applies")
     parser.add_argument("-o", "--output", default="bench/results/bounds")
     args = parser.parse_args(argv)
     selected = graphs(args.graphs.split(","), args.order)

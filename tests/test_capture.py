@@ -78,6 +78,22 @@ class TupleHead(nn.Module):
         return self.a(h), self.b(h)
 
 
+class TwoDropouts(nn.Module):
+    """Two branches, each widened, dropped out and narrowed again, then multiplied: capture
+    reorders it (each branch's wide value is narrowed before the next is made)."""
+
+    def __init__(self):
+        super().__init__()
+        self.up1, self.up2 = nn.Linear(8, 512), nn.Linear(8, 512)
+        self.down1, self.down2 = nn.Linear(512, 2), nn.Linear(512, 2)
+        self.drop1, self.drop2 = nn.Dropout(0.5), nn.Dropout(0.5)
+
+    def forward(self, x):
+        a = self.drop1(torch.tanh(self.up1(x)))
+        b = self.drop2(torch.tanh(self.up2(x)))
+        return (self.down1(a) * self.down2(b)).square().mean()
+
+
 def tuple_loss(model, x, ya, yb):
     a, b = model(x)
     return F.cross_entropy(a, ya) + F.mse_loss(b, yb)
@@ -259,6 +275,24 @@ def test_memory_order_lowers_the_plain_peak_and_keeps_the_step():
     _assert_run_is_eager(cap, model, inputs, loss_fn)
     with pytest.raises(ValueError, match="order"):
         capture(model, inputs, loss_fn, order="fastest")
+
+
+@pytest.mark.parametrize("granularity", ["module", "op"])
+def test_memory_order_keeps_the_dropout_masks(granularity):
+    """Reordered, the dropout nodes keep their order: the captured step draws eager's masks."""
+    torch.manual_seed(0)
+    model, x = TwoDropouts().train(), torch.randn(64, 8)
+    traced = capture(model, (x,), cost_model="unit", granularity=granularity, order="trace")
+    cap = capture(model, (x,), cost_model="unit", granularity=granularity)
+    assert cap.graph.names != traced.graph.names
+    assert checkpoint_all_peak(cap.graph) < checkpoint_all_peak(traced.graph)
+    assert [cap.graph.names[i] for i in sorted(cap.random_nodes)] == \
+        [traced.graph.names[i] for i in sorted(traced.random_nodes)] == ["fwd:drop1", "fwd:drop2"]
+    _check_contract(cap)
+    _assert_run_is_eager(cap, model, (x,), None)
+    step = remat.compile(model, (x,), budget="100%", cost_model="unit", cache=False,
+                         granularity=granularity, order="trace")
+    assert step.capture.graph.names == traced.graph.names
 
 
 def _target(cap, name):

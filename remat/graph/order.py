@@ -14,10 +14,11 @@ from remat.graph.core import RematGraph
 def memory_order(graph: RematGraph) -> tuple[int, ...]:
     """A topological order of ``graph``'s nodes: each step runs, among the nodes whose inputs
     are all computed, the one that adds the least memory (its output, less the inputs it is the
-    last reader of; ties: the lower index). Forward nodes come before backward ones, the loss
-    (the last forward node) stays last among them, and nodes marked ``random`` in
-    ``node_meta`` (dropout: the runtime draws their masks in graph order, as eager does) keep
-    their order among themselves."""
+    last reader of; ties: the lower index). On a graph whose forward nodes come first (as
+    ``remat.capture`` makes them), forward nodes stay before backward ones and the loss (the
+    last forward node) last among them; nodes marked ``random`` in ``node_meta`` (dropout: the
+    runtime draws their masks in graph order, as eager does) keep their order among
+    themselves."""
     size = graph.size
     waiting = [len(set(deps)) for deps in graph.deps]
     readers = [len(set(users)) for users in graph.users]
@@ -49,8 +50,9 @@ def memory_order(graph: RematGraph) -> tuple[int, ...]:
 
 def lower_order(graph: RematGraph) -> tuple[int, ...] | None:
     """``memory_order(graph)`` where the graph in that order has a lower checkpoint-all peak;
-    None where it has not (then the order stays: where the plain peak is the same, the least
-    peak moved both ways here, e.g. ResNet-50 and GPT-2 at op level)."""
+    None where it has not. Where the plain peak is the same the order stays: there the least
+    peak found moved both ways (one-off runs on ResNet-50 and GPT-2 at op level,
+    bench/results/fast_notes.md, session 26)."""
     from remat.schedule.budget import checkpoint_all_peak  # remat.schedule builds on graphs
 
     order = memory_order(graph)
