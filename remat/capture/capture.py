@@ -15,7 +15,7 @@ from remat.capture.storage import StorageMap, build_storage_map, split_static_vi
 from remat.capture.trace import trace_joint
 from remat.errors import UnsupportedModelError
 from remat.graph.core import RematGraph
-from remat.graph.order import lower_order
+from remat.graph.order import lower_order, reordered
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,10 +131,10 @@ def capture(model: nn.Module, example_inputs, loss_fn=None, cost_model="profile"
     groups = group_nodes(joint, storages, static, granularity)
     reorder_joint(joint, groups)
     cap = _assemble(model, inputs, joint, groups, storages, static, placeholders, outputs)
-    better = _in_memory_order(cap.graph, groups) if order == "memory" else None
+    better = lower_order(cap.graph) if order == "memory" else None
     if better is not None:
-        reorder_joint(joint, better)
-        cap = _assemble(model, inputs, joint, better, storages, static, placeholders, outputs)
+        reorder_joint(joint, [groups[v] for v in better])
+        cap = _permuted(cap, better)
     from remat.costs import node_costs
 
     costs = node_costs(cap, cost_model)
@@ -142,10 +142,13 @@ def capture(model: nn.Module, example_inputs, loss_fn=None, cost_model="profile"
     return _replace(cap, graph=graph, capture_time=time.perf_counter() - start)
 
 
-def _in_memory_order(graph: RematGraph, groups: list[Group]) -> list[Group] | None:
-    """``groups`` in ``lower_order(graph)``; None where the order stays."""
-    order = lower_order(graph)
-    return None if order is None else [groups[v] for v in order]
+def _permuted(cap: Capture, order: tuple[int, ...]) -> Capture:
+    """``cap`` with its nodes in ``order`` (its joint already laid out that way)."""
+    position = {v: i for i, v in enumerate(order)}
+    return _replace(cap, graph=reordered(cap.graph, order),
+                    node_groups=tuple(cap.node_groups[v] for v in order),
+                    value_nodes=tuple(cap.value_nodes[v] for v in order),
+                    random_nodes=frozenset(position[v] for v in cap.random_nodes))
 
 
 def _check_options(model, cost_model, granularity, order) -> None:
