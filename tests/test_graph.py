@@ -218,7 +218,6 @@ def test_reordered_rejects_what_is_not_a_topological_permutation():
 
 def test_lower_order_only_where_the_plain_peak_drops():
     from remat.graph.order import lower_order, memory_order, reordered
-
     from remat.schedule import checkpoint_all_peak
 
     assert lower_order(branches()) == (0, 1, 3, 2, 4, 5)
