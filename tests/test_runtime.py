@@ -39,7 +39,8 @@ def budgets_for(name: str) -> tuple[str, ...]:
     74% of the range from static memory to the plain step). unet's backward pool nodes
     (max-pool backward, then the skip connection's gradient add) hold their inputs, the pool
     gradient (an internal temporary, in their workspace) and the sum at once: its
-    ``peak_lower_bound`` is 75% of the range. They get an 85% budget too."""
+    ``peak_lower_bound`` is 75% of the range in autograd's order, 83% in capture's memory order
+    (the same bytes, a smaller range). They get an 85% budget too."""
     return ("100%", "85%") + BUDGETS[1:] if name in HIGH_FLOOR_MODELS else BUDGETS
 
 
