@@ -206,6 +206,56 @@ def test_the_branchy_graphs_leave_the_order_rules_something_to_do():
     assert moved >= 10 and broken >= 1
 
 
+def scan_order(graph: RematGraph) -> tuple[int, ...]:
+    """``memory_order`` written plainly: at each step every ready node is scanned."""
+    size = graph.size
+    waiting = [len(deps) for deps in graph.deps]
+    readers = [len(users) for users in graph.users]
+    randoms = [v for v in range(size) if graph.node_meta[v].get("random")]
+    for v in randoms[1:]:
+        waiting[v] += 1
+    ready, order = [v for v in range(size) if waiting[v] == 0], []
+    forward_left = int((~graph.is_backward).sum())
+    while ready:
+        def added(v):
+            return graph.mem[v] - sum(graph.mem[d] for d in graph.deps[v] if readers[d] == 1)
+
+        forward = [v for v in ready if not graph.is_backward[v]
+                   and (v != graph.loss_node or forward_left == 1)]
+        node = min(forward or ready, key=lambda v: (added(v), v))
+        forward_left -= not graph.is_backward[node]
+        ready.remove(node)
+        order.append(node)
+        for dep in graph.deps[node]:
+            readers[dep] -= 1
+        released = list(graph.users[node])
+        if node in randoms[:-1]:
+            released.append(randoms[randoms.index(node) + 1])
+        for user in released:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                ready.append(user)
+    return tuple(order)
+
+
+def test_memory_order_equals_the_plain_scan():
+    """The heaps pick what a scan of every ready node picks, on step-like graphs and on
+    graphs whose forward and backward nodes interleave, with many ties (sizes 0-3)."""
+    from remat.graph.order import memory_order
+
+    rng = np.random.default_rng(1)
+    graphs = [branchy(seed, marks) for seed in range(40) for marks in (True, False)]
+    for _ in range(300):
+        n = 25
+        deps = [sorted(set(rng.integers(0, k, size=int(rng.integers(0, 3))).tolist()))
+                if k else [] for k in range(n)]
+        graphs.append(RematGraph([f"n{k}" for k in range(n)], [1] * n,
+                                 rng.integers(0, 4, size=n), deps, rng.random(n) < 0.4,
+                                 node_meta=[{"random": bool(rng.random() < 0.3)}
+                                            for _ in range(n)]))
+    assert all(memory_order(g) == scan_order(g) for g in graphs)
+
+
 def test_reordered_rejects_what_is_not_a_topological_permutation():
     from remat.graph.order import reordered
 

@@ -8,6 +8,8 @@ uses it (``remat.capture``).
 """
 from __future__ import annotations
 
+import heapq
+
 from remat.graph.core import RematGraph
 
 
@@ -18,34 +20,84 @@ def memory_order(graph: RematGraph) -> tuple[int, ...]:
     ``remat.capture`` makes them), forward nodes stay before backward ones and the loss (the
     last forward node) last among them; nodes marked ``random`` in ``node_meta`` (dropout: the
     runtime draws their masks in graph order, as eager does) keep their order among
-    themselves."""
+    themselves. The ready nodes sit in two heaps (forward, backward); a node's entry is
+    renewed when one of its inputs gets down to it as the last reader: O(E log n)."""
     size = graph.size
-    waiting = [len(set(deps)) for deps in graph.deps]
-    readers = [len(set(users)) for users in graph.users]
+    waiting = [len(deps) for deps in graph.deps]
+    readers = [len(users) for users in graph.users]
     randoms = [v for v in range(size) if graph.node_meta and graph.node_meta[v].get("random")]
-    next_random = {a: b for a, b in zip(randoms, randoms[1:])}
+    next_random = dict(zip(randoms, randoms[1:]))
     for v in randoms[1:]:
         waiting[v] += 1  # also waits for the random node before it
-    ready = [v for v in range(size) if waiting[v] == 0]
+    ready = _Ready(graph, readers)
+    for v in range(size):
+        if waiting[v] == 0:
+            ready.push(v)
     order: list[int] = []
     forward_left = len(graph.forward_nodes)
-    while ready:
-        forward = [v for v in ready if not graph.is_backward[v]
-                   and (v != graph.loss_node or forward_left == 1)]
-        forward_left -= bool(forward)
-        node = min(forward or ready, key=lambda v: (_added(graph, v, readers), v))
-        ready.remove(node)
+    while len(order) < size:
+        node = ready.pop(graph.loss_node if forward_left > 1 else None)
+        forward_left -= not graph.is_backward[node]
         order.append(node)
-        for dep in set(graph.deps[node]):
+        for dep in graph.deps[node]:
             readers[dep] -= 1
-        released = list(set(graph.users[node]))
+            if readers[dep] == 1:  # its last reader now frees it
+                ready.renew(next(u for u in graph.users[dep] if not ready.done[u]))
+        released = list(graph.users[node])
         if node in next_random:
             released.append(next_random[node])  # once more where it is also a user
         for user in released:
             waiting[user] -= 1
             if waiting[user] == 0:
-                ready.append(user)
+                ready.push(user)
     return tuple(order)
+
+
+class _Ready:
+    """The ready nodes of ``memory_order``, by (memory added, index), forward and backward
+    apart; stale heap entries are skipped when popped."""
+
+    def __init__(self, graph: RematGraph, readers: list[int]):
+        self.graph, self.readers = graph, readers
+        self.heaps: tuple[list, list] = ([], [])
+        self.key: dict[int, tuple[float, int]] = {}
+        self.done = [False] * graph.size
+
+    def push(self, node: int) -> None:
+        self.key[node] = (_added(self.graph, node, self.readers), node)
+        heapq.heappush(self.heaps[int(self.graph.is_backward[node])], self.key[node])
+
+    def renew(self, node: int) -> None:
+        """A ready node's key may have gone down: a new entry (the old one goes stale), but
+        never two live entries with one key."""
+        if node in self.key and (_added(self.graph, node, self.readers), node) != self.key[node]:
+            self.push(node)
+
+    def pop(self, held: int | None) -> int:
+        """The least forward node other than ``held`` (the loss, while other forward nodes
+        are left); where there is none, the least of all."""
+        top, stash = self._top(0), None
+        if top is not None and top[1] == held:
+            stash = heapq.heappop(self.heaps[0])
+            top = self._top(0)
+        if top is None:
+            if stash is not None:
+                heapq.heappush(self.heaps[0], stash)
+                stash = None
+            top = min(t for t in (self._top(0), self._top(1)) if t is not None)
+        heapq.heappop(self.heaps[int(self.graph.is_backward[top[1]])])  # top is its head
+        if stash is not None:
+            heapq.heappush(self.heaps[0], stash)
+        del self.key[top[1]]
+        self.done[top[1]] = True
+        return top[1]
+
+    def _top(self, side: int) -> tuple[float, int] | None:
+        """The least live entry of a heap (stale ones dropped), or None."""
+        heap = self.heaps[side]
+        while heap and self.key.get(heap[0][1]) != heap[0]:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
 
 
 def lower_order(graph: RematGraph) -> tuple[int, ...] | None:
