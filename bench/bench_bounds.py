@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 
 import remat
-from remat.graph.order import lower_order, reordered
+from remat.graph.order import ORDERS, lower_order, reordered
 from remat.solvers import SolveOptions, solver
 from remat.solvers.base import CLASSIC
 from remat.solvers.bounds import forget_bounds, retention_bound
@@ -197,7 +197,7 @@ def main(argv=None) -> None:
                         help="--graphs chains: comma-separated methods (chain-dp, auto)")
     parser.add_argument("--methods", default=",".join(ROWS),
                         help="comma-separated rows to run for each zoo or random graph")
-    parser.add_argument("--order", default="trace", choices=["trace", "memory"],
+    parser.add_argument("--order", default="trace", choices=ORDERS,
                         help="memory: the zoo graphs reordered by the rule capture now applies")
     parser.add_argument("-o", "--output", default="bench/results/bounds")
     args = parser.parse_args(argv)

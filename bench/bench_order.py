@@ -31,6 +31,7 @@ from pathlib import Path
 import remat
 from remat.capture import capture
 from remat.schedule import checkpoint_all_peak
+from remat.schedule.budget import budget_percent
 from remat.solvers import SolveOptions, solver
 from remat.solvers.bounds import forget_bounds
 from remat.solvers.min_budget import min_budget
@@ -52,9 +53,8 @@ def captured(name: str, granularity: str) -> dict:
 
 
 def share(value: float, graph) -> float:
-    """``value`` bytes as a percentage of ``graph``'s budget range."""
-    return round(100 * (value - graph.static_mem) /
-                 (checkpoint_all_peak(graph) - graph.static_mem), 2)
+    """``value`` bytes as a percentage of ``graph``'s budget range, two decimals."""
+    return round(budget_percent(value, graph), 2)
 
 
 def row_for(name: str, granularity: str, search: float, budgets: list[str],

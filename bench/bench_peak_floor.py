@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import remat
-from remat.schedule.budget import checkpoint_all_peak
+from remat.schedule.budget import budget_percent, checkpoint_all_peak
 from remat.solvers import SolveOptions
 from remat.solvers.bounds import peak_lower_bound
 from remat.solvers.min_budget import min_budget
@@ -45,7 +45,7 @@ def graph_makers():
 def row(name: str, make, limits: list[float], search: float) -> dict:
     graph = make()
     low, top = graph.static_mem, checkpoint_all_peak(graph)
-    share = lambda value: round(100 * (value - low) / (top - low), 2)  # noqa: E731
+    share = lambda value: round(budget_percent(value, graph), 2)  # noqa: E731
     out = {"graph": name, "T": graph.size, "static": low, "checkpoint_all": top,
            "operands": peak_lower_bound(graph), "operands_pct": share(peak_lower_bound(graph))}
     for limit in limits:

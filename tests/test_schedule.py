@@ -5,7 +5,7 @@ import pytest
 import remat
 from remat import InvalidScheduleError, RematGraph, simulate
 from remat.schedule import cheapest_r, checkpoint_all, parse_budget, s_from_r, tighten
-from remat.schedule.budget import BudgetError
+from remat.schedule.budget import BudgetError, budget_percent
 
 
 def chain():
@@ -205,6 +205,8 @@ def test_budget_percentages():
     assert parse_budget("100%", g) == 21
     assert parse_budget("50%", g) == pytest.approx(15.5)
     assert parse_budget("0.5%", g) == pytest.approx(10.055)
+    for percent in (100.0, 50.0, 0.5, 130.0):
+        assert budget_percent(parse_budget(f"{percent}%", g), g) == pytest.approx(percent)
 
 
 @pytest.mark.parametrize("bad, message", [

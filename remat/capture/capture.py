@@ -15,7 +15,7 @@ from remat.capture.storage import StorageMap, build_storage_map, split_static_vi
 from remat.capture.trace import trace_joint
 from remat.errors import UnsupportedModelError
 from remat.graph.core import RematGraph
-from remat.graph.order import lower_order, reordered
+from remat.graph.order import ORDERS, lower_order, reordered
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,12 +100,6 @@ def check_inputs(cap: Capture, inputs) -> None:
         inputs, UnsupportedModelError, "captured", "capture again (remat.capture) for them")
 
 
-ORDERS = ("memory", "trace")
-"""How ``capture`` orders the graph's nodes: ``"memory"`` (``remat.graph.order.lower_order``:
-``memory_order`` where it lowers checkpoint-all's peak, else as traced) or ``"trace"``
-(forward nodes, then backward ones, each as autograd traced them)."""
-
-
 def capture(model: nn.Module, example_inputs, loss_fn=None, cost_model="profile",
             granularity: str = "module", order: str = "memory") -> Capture:
     """Trace one training step of ``model`` on ``example_inputs`` into a remat graph.
@@ -129,12 +123,12 @@ def capture(model: nn.Module, example_inputs, loss_fn=None, cost_model="profile"
     storages = build_storage_map(joint)
     static = static_storages(joint, storages)
     groups = group_nodes(joint, storages, static, granularity)
-    reorder_joint(joint, groups)
     cap = _assemble(model, inputs, joint, groups, storages, static, placeholders, outputs)
     better = lower_order(cap.graph) if order == "memory" else None
     if better is not None:
-        reorder_joint(joint, [groups[v] for v in better])
+        groups = [groups[v] for v in better]
         cap = _permuted(cap, better)
+    reorder_joint(joint, groups)  # once, in the final order
     from remat.costs import node_costs
 
     costs = node_costs(cap, cost_model)

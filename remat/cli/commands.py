@@ -6,6 +6,7 @@ import sys
 import time
 
 from remat.cli.table import render, solution_row
+from remat.graph.order import ORDERS
 
 
 def add_solve(sub) -> None:
@@ -116,7 +117,7 @@ def add_capture(sub) -> None:
     p.add_argument("--tiny", action="store_true", help="the small variant of a zoo model")
     p.add_argument("--cost-model", default="profile", choices=["profile", "flops", "unit"])
     p.add_argument("--granularity", default="module", choices=["module", "op"])
-    p.add_argument("--order", default="memory", choices=["memory", "trace"],
+    p.add_argument("--order", default="memory", choices=ORDERS,
                    help="node order: memory (default; a topological order that lowers the "
                         "plain step's peak, where it does) or trace (as autograd traced it)")
     p.set_defaults(run=run_capture)

@@ -12,6 +12,10 @@ import heapq
 
 from remat.graph.core import RematGraph
 
+ORDERS = ("memory", "trace")
+"""How ``remat.capture`` orders a graph's nodes: ``"memory"`` (``lower_order``:
+``memory_order`` where it lowers checkpoint-all's peak, else as traced) or ``"trace"``
+(forward nodes, then backward ones, each as autograd traced them)."""
 
 def memory_order(graph: RematGraph) -> tuple[int, ...]:
     """A topological order of ``graph``'s nodes: each step runs, among the nodes whose inputs
@@ -115,7 +119,7 @@ def lower_order(graph: RematGraph) -> tuple[int, ...] | None:
 
 def _added(graph: RematGraph, node: int, readers: list[int]) -> float:
     """Bytes computing ``node`` adds once its inputs that it reads last are freed."""
-    freed = sum(graph.mem[dep] for dep in set(graph.deps[node]) if readers[dep] == 1)
+    freed = sum(graph.mem[dep] for dep in graph.deps[node] if readers[dep] == 1)
     return float(graph.mem[node] - freed)
 
 

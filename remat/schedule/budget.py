@@ -71,6 +71,13 @@ def parse_percentage(text: str) -> float:
     return value / 100.0
 
 
+def budget_percent(budget: float, graph: RematGraph) -> float:
+    """The percentage p whose budget ``"p%"`` is ``budget`` bytes: where it sits between static
+    memory (0%) and checkpoint-all's peak (100%)."""
+    static = graph.static_mem
+    return 100.0 * (float(budget) - static) / (checkpoint_all_peak(graph) - static)
+
+
 def _percentage(value: float, text: str, graph: RematGraph | None) -> float:
     if value <= 0:
         raise BudgetError(f"budget {text!r} must be above 0%")

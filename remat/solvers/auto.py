@@ -21,11 +21,11 @@ its local search); then ``milp``, started from the best schedule so far, on grap
 optimum is a proven bound) up to ``LP_MAX_NODES``.
 Where chain-dp searched its whole class and no milp follows, the rest of the time goes to
 the bound (``_proof_left``); elsewhere too, where the methods end early with the cheapest
-schedule more than ``LEFT_GAP`` above the bound (``_bound_left``). On chains past ``LONG_CHAIN`` layers (``_long_chain``):
-chain-dp's strided recursions first, then auto's bound with most of the time left
-(``LONG_BOUND_SHARE``, less its overrun, ``LONG_BOUND_OVERRUN``), retention where that bound's
-knapsack is solved or its LP optimum rounded down, and the baselines while time is left (none
-starts past the limit).
+schedule more than ``LEFT_GAP`` above the bound (``_bound_left``). On chains past
+``LONG_CHAIN`` layers (``_long_chain``): chain-dp's strided recursions first, then auto's
+bound with most of the time left (``LONG_BOUND_SHARE``, less its overrun,
+``LONG_BOUND_OVERRUN``), retention where that bound's knapsack is solved or its LP optimum
+rounded down, and the baselines while time is left (none starts past the limit).
 A budget below the least possible peak (``peak_floor.below_floor``: one node's operands, then
 the pebbling bound; no schedule fits, proven) ends the call early with the least budget auto
 can meet (``_below_floor``). Where no method found a schedule above it and none proved that
