@@ -16,7 +16,7 @@ from remat.solvers.griewank import _split, _steps, adjoint_order, chain_schedule
 import cases
 
 BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-greedy", "ap-sqrtn", "ap-greedy", "griewank",
-             "retention", "auto")
+             "retention", "cp-intervals", "auto")
 
 
 def run(method, graph, budget):

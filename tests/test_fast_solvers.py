@@ -1,5 +1,5 @@
-"""The fast methods: chain-dp (optimal schedule of a chain by dynamic programming) and cpsat
-(milp's model on CP-SAT)."""
+"""The fast methods: chain-dp (optimal schedule of a chain by dynamic programming), cpsat
+(milp's model on CP-SAT) and cp-intervals (retention intervals on CP-SAT)."""
 import time
 from dataclasses import replace
 
@@ -214,6 +214,124 @@ def test_cpsat_refuses_fractional_sizes():
     with pytest.raises(CpSatModelError, match="whole-byte"):
         memory_unit(graph)
     assert memory_unit(remat.graphs.linear(4)) >= 1
+
+
+# ----- cp-intervals: retention intervals on CP-SAT ------------------------------------------
+def _heights(graph, copies):
+    """The memory the interval model holds at each computation of a schedule: static memory,
+    every copy whose interval covers the point, and the node's workspace."""
+    size, found = graph.size, {}
+    for v, copies_v in enumerate(copies):
+        for stage, end in copies_v:
+            found[stage * size + v] = 0.0
+    for point in found:
+        alive = sum(graph.mem[v] for v, copies_v in enumerate(copies)
+                    for stage, end in copies_v if stage * size + v <= point <= end)
+        found[point] = graph.static_mem + alive + graph.workspace[point % size]
+    return found
+
+
+@pytest.mark.parametrize("name,budget", [("chain8-unit", "40%"), ("chain8", "60%"),
+                                         ("dag12-s2-unit", "60%"), ("dag20-s3", "60%"),
+                                         ("dag10-s1", "80%")])
+def test_the_interval_model_holds_what_the_simulator_holds(name, budget):
+    """At every computation of a schedule, the copies covering its point (``copies_of``: from
+    each computation to its last read) hold exactly the simulator's candidate there."""
+    from remat.schedule.rs import s_from_r
+    from remat.solvers.cp_intervals import copies_of
+
+    graph = cases.graph(name)
+    sol = solver("retention")(graph, parse_budget(budget, graph), SolveOptions(time_limit=5))
+    assert sol.feasible and sol.compute_cost > graph.total_cost  # it recomputes something
+    R = sol.R
+    events = simulate(graph, R, s_from_r(graph, R)).events
+    heights = _heights(graph, copies_of(graph, R))
+    at = np.flatnonzero(events.compute)
+    assert len(heights) == len(at) == R.sum()
+    for i in at:
+        point = int(events.stage[i]) * graph.size + int(events.node[i])
+        assert heights[point] == pytest.approx(events.memory[i], abs=1e-9)
+
+
+@pytest.mark.parametrize("name,budget", [("chain4-unit", "80%"), ("chain8", "60%"),
+                                         ("chain8-unit", "60%"), ("dag12-s2-unit", "60%")])
+def test_cp_intervals_with_every_copy_is_exact(monkeypatch, name, budget):
+    """With as many copies as stages (a node at most once per stage), the model holds every
+    schedule worth running: its optimum is milp's."""
+    pytest.importorskip("ortools")
+    from remat.solvers import cp_intervals
+
+    graph = cases.graph(name)
+    monkeypatch.setattr(cp_intervals, "COPIES", graph.size)
+    budget_bytes = parse_budget(budget, graph)
+    ref = solver("milp")(graph, budget_bytes, SolveOptions(time_limit=30))
+    sol = solver("cp-intervals")(graph, budget_bytes, SolveOptions(time_limit=60,
+                                                                   warm_start=False))
+    assert ref.status == "optimal" and ref.compute_cost > graph.total_cost
+    assert sol.details["backend_status"] == "OPTIMAL"
+    assert sol.peak_memory <= budget_bytes
+    assert sol.compute_cost == pytest.approx(ref.compute_cost, rel=1e-6)
+
+
+def test_cp_intervals_limits_the_copies():
+    """With ``COPIES`` = 2 the model is a restriction: on random_dag(10) at 60% its optimum
+    computes no node more than twice and costs more than milp's, which computes one three
+    times; the method does not call it optimal."""
+    pytest.importorskip("ortools")
+    graph = remat.graphs.random_dag(10, seed=0)
+    budget = parse_budget("60%", graph)
+    ref = solver("milp")(graph, budget, SolveOptions(time_limit=30))
+    sol = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=30, warm_start=False))
+    assert ref.status == "optimal" and ref.R.sum(axis=0).max() == 3
+    assert sol.details["backend_status"] == "OPTIMAL" and sol.R.sum(axis=0).max() <= 2
+    assert sol.compute_cost > ref.compute_cost * (1 + 1e-6)
+    assert sol.status != "optimal" and sol.lower_bound <= ref.compute_cost + 1e-9
+
+
+def test_cp_intervals_starts_from_the_schedule_it_is_given():
+    """From a schedule (``initial``: chen-greedy's, 1.264 of the total cost) it returns a
+    cheaper one that fits (1.045 in 5 s); with too little time, that schedule."""
+    pytest.importorskip("ortools")
+    graph = remat.graphs.random_dag(40, seed=2)
+    budget = parse_budget("70%", graph)
+    start = solver("chen-greedy")(graph, budget, SolveOptions())
+    assert start.feasible
+    for limit in (0.01, 5.0):
+        sol = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=limit,
+                                                                 initial=start))
+        assert sol.feasible and sol.peak_memory <= budget
+        assert simulate(graph, sol.R, sol.S).compute_cost == pytest.approx(sol.compute_cost)
+        if limit < 1:
+            assert (sol.R == start.R).all()
+        else:
+            assert sol.compute_cost < 0.9 * start.compute_cost
+
+
+def test_cp_intervals_below_the_least_peak_says_how_low_it_went():
+    """Where no schedule is found, the least peak ``min_budget`` reaches, proven where it is
+    below the pebbling bound."""
+    pytest.importorskip("ortools")
+    graph = cases.graph("dag10-s1")
+    sol = solver("cp-intervals")(graph, parse_budget("20%", graph),
+                                 SolveOptions(time_limit=10, warm_start=False))
+    assert not sol.feasible and sol.proven_infeasible
+    assert sol.min_budget > parse_budget("20%", graph)
+
+
+def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
+    """Past ``MILP_MAX_NODES``, on graphs that are not chains, cp-intervals comes last, with
+    OR-Tools installed only; never on chains or small graphs."""
+    from remat.solvers import auto
+
+    large = remat.graphs.random_dag(60)
+    assert large.size > auto.MILP_MAX_NODES
+    assert auto.candidate_methods(large)[-2:] == (["lp-rounding", "cp-intervals"]
+                                                  if large.size <= auto.LP_MAX_NODES else
+                                                  ["retention", "cp-intervals"])
+    assert "cp-intervals" not in auto.candidate_methods(remat.graphs.random_dag(30))
+    assert "cp-intervals" not in auto.candidate_methods(remat.graphs.linear(60))
+    monkeypatch.setattr(auto, "CP_INSTALLED", False)
+    assert "cp-intervals" not in auto.candidate_methods(large)
 
 
 def test_chain_dp_applies_only_to_chains():

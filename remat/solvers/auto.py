@@ -38,6 +38,7 @@ solve or simulation in progress).
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 import time
 from dataclasses import replace
@@ -134,8 +135,13 @@ RETENTION_TRY = (20_000, 1.0)
 """(segments, seconds): on chains where chain-dp goes first with more DP segments than this
 (heterogeneous linear(256): 33153; linear(192): 18721, whose persistent recursion takes
 0.13-0.7 s), retention first, for at most this long (a tenth of the limit if less)."""
-EXACT_METHODS = ("chain-dp", "milp", "lp-rounding")
+EXACT_METHODS = ("chain-dp", "milp", "lp-rounding", "cp-intervals")
 """The methods after the baselines: whoever comes before one of them leaves it half the time."""
+CP_GAP = 0.01
+"""``cp-intervals`` runs where the cheapest schedule before it is more than this above the
+bound (the issue's goal), and only from a schedule (it is a search from one)."""
+CP_INSTALLED = importlib.util.find_spec("ortools") is not None
+"""``cp-intervals`` needs OR-Tools (the ``cp`` extra); auto leaves it out without."""
 NONE_FOUND = "no method found a schedule within the time limit"
 """``details["reason"]`` of auto's "infeasible" where nothing proved it."""
 LOWEST_LEFT_SECONDS = 1.0
@@ -187,6 +193,8 @@ def _methods(graph: RematGraph, after: bool | None) -> list[str]:
         methods.append("milp")
     elif graph.size <= LP_MAX_NODES:
         methods.append("lp-rounding")
+    if graph.size > MILP_MAX_NODES and not graph.is_chain and CP_INSTALLED:
+        methods.append("cp-intervals")
     return methods
 
 
@@ -274,6 +282,9 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
         if best is not None and meets(best.compute_cost, _bound(known, results),
                                       options.mip_rel_gap):
             break  # a bound already proves it: slower methods cannot do better
+        if name == "cp-intervals" and (best is None or meets(best.compute_cost,
+                                                             _bound(known, results), CP_GAP)):
+            continue
         limit = _share(name, deadline - time.perf_counter(), methods[k + 1:])
         results.append(solver(name)(graph, budget, replace(options, initial=best,
                                                            time_limit=limit)))

@@ -76,6 +76,7 @@ _REGISTRY: dict[str, str] = {
     "chain-dp": "remat.solvers.chain_dp",
     "retention": "remat.solvers.retention",
     "cpsat": "remat.solvers.cpsat",
+    "cp-intervals": "remat.solvers.cp_intervals",
     "auto": "remat.solvers.auto",
 }
 

@@ -34,7 +34,7 @@ class CpSatModelError(RematError, ValueError):
     """The graph cannot be encoded exactly for CP-SAT."""
 
 
-def _ortools():
+def ortools_cp():
     try:
         from ortools.sat.python import cp_model
     except ImportError as exc:
@@ -58,7 +58,7 @@ class CpSatModel:
     """``MilpModel``'s rows and columns as a CP-SAT model (see the module docstring)."""
 
     def __init__(self, graph: RematGraph, budget: float):
-        cp_model = _ortools()
+        cp_model = ortools_cp()
         self.milp = MilpModel(graph, budget, TIGHT)
         self.unit = memory_unit(graph)
         self.model = cp_model.CpModel()
@@ -114,7 +114,7 @@ class CpSatModel:
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
-    cp_model = _ortools()
+    cp_model = ortools_cp()
     start = time.perf_counter()
     built = CpSatModel(graph, budget)
     warm = warm_start(graph, budget, options) if options.warm_start else None

@@ -1,0 +1,250 @@
+"""``cp-intervals``: each computation of a node as an interval of time, on OR-Tools CP-SAT.
+
+Moccasin's idea (Bartan et al., ICML 2023): a value lives from one computation to its last
+read, so a schedule is a few retention intervals per node, and memory is a cumulative
+constraint over them, O(n) integer variables where Checkmate's MILP has O(n^2). Here time is
+fine enough to be exact under DESIGN.md's memory rule: the point (t, k), numbered ``t * T +
+k``, is stage t computing node k. A copy of node v computed in stage s starts at (s, v) and
+ends at its last read (t, w); at a computation the copies that cover its point are exactly the
+values in memory then (its inputs, its output, what later nodes read), so the cumulative's
+height at (t, k) is the simulator's candidate there (plus the node's workspace, an interval of
+length one). Each copy a node keeps has:
+
+- ``present`` (the first copy always: stage v computes node v), the stage it is computed in,
+  and its end;
+- copies in order: the next starts after the previous ends (a value recomputed while a copy
+  is resident only costs more);
+- each computation of w finds each input u in a copy of u computed in the same stage or
+  before and not ended before (t, w).
+
+The objective is the cost of the extra copies. A node gets ``COPIES`` copies, or as many as the
+start schedule computes it, so the model is a restriction (every solution is a valid schedule
+within the budget, priced by the simulator at its true cost) and CP-SAT's bound is not a
+lower bound: the method reports the retention bound (``remat.solvers.bounds``), and "optimal"
+only where its schedule meets it. It starts from ``options.initial`` or the best baseline
+(``milp.warm_start``), given to CP-SAT as a hint.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from remat.errors import RematError
+from remat.graph.core import RematGraph
+from remat.schedule.rs import s_from_r
+from remat.schedule.solution import Solution
+from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
+from remat.solvers.bounds import bound_time, meets, retention_bound
+from remat.solvers.cpsat import ortools_cp, memory_unit
+from remat.solvers.milp import warm_start
+from remat.solvers.min_budget import min_budget
+
+COPIES = 2
+"""Copies each node may have (its first computation and recomputations), unless the start
+schedule computes it more often."""
+WEIGHT_SCALE = 1e7
+"""The objective's integer weights: each node's cost as this share of the total cost, rounded
+(the schedule's true cost comes from the simulator)."""
+
+
+MIN_SECONDS = 0.1
+"""The least time the least-peak search gets where no schedule is found."""
+
+
+class IntervalModel:
+    """The CP-SAT model of the module docstring for ``graph`` within ``budget`` bytes."""
+
+    def __init__(self, graph: RematGraph, budget: float, copies: list[int]):
+        cp_model = ortools_cp()
+        self.graph, self.model = graph, cp_model.CpModel()
+        size = graph.size
+        unit = memory_unit(graph)
+        self.room = math.floor((float(budget) - graph.static_mem) / unit + 1e-9)
+        self.last_read = _last_reads(graph)
+        read = [False] * size
+        for w in range(size):
+            for u in graph.deps[w]:
+                read[u] = True
+        self.copies = [self._copies(v, min(copies[v], size - v) if read[v] else 1)
+                       for v in range(size)]
+        self._memory(unit)
+        self._reads()
+        total = float(graph.total_cost) or 1.0
+        self.model.Minimize(sum(int(round(graph.cost[v] / total * WEIGHT_SCALE)) * present
+                                for v, copies_v in enumerate(self.copies)
+                                for present, _, _ in copies_v[1:]))
+
+    def _copies(self, v: int, count: int) -> list[tuple]:
+        """``count`` copies of node v: (present, stage, end); the first is computed in stage v."""
+        size, model = self.graph.size, self.model
+        found = []
+        for k in range(count):
+            present = model.NewConstant(1) if k == 0 else model.NewBoolVar(f"p{v}.{k}")
+            stage = model.NewConstant(v) if k == 0 else model.NewIntVar(v + 1, size - 1, "")
+            end = model.NewIntVar((v + min(k, 1)) * size + v, self.last_read[v], "")
+            if k > 0:  # after the previous copy ends
+                before, _, before_end = found[-1]
+                model.AddImplication(present, before)
+                model.Add(end >= stage * size + v).OnlyEnforceIf(present)
+                model.Add(stage * size + v > before_end).OnlyEnforceIf(present)
+            found.append((present, stage, end))
+        return found
+
+    def _memory(self, unit: int) -> None:
+        """The cumulative: each copy holds the node's bytes from its start to its end, and its
+        workspace at its start."""
+        size, model, graph = self.graph.size, self.model, self.graph
+        intervals, demands = [], []
+        for v, copies_v in enumerate(self.copies):
+            mem, work = int(round(graph.mem[v] / unit)), int(round(graph.workspace[v] / unit))
+            for k, (present, stage, end) in enumerate(copies_v):
+                start = stage * size + v
+                if mem > 0:
+                    length = model.NewIntVar(1, self.last_read[v] - v * size - v + 1, "")
+                    model.Add(length == end + 1 - start)
+                    intervals.append(model.NewOptionalIntervalVar(start, length, end + 1,
+                                                                  present, f"i{v}.{k}"))
+                    demands.append(mem)
+                if work > 0:
+                    intervals.append(model.NewOptionalFixedSizeIntervalVar(start, 1, present,
+                                                                           f"w{v}.{k}"))
+                    demands.append(work)
+        model.AddCumulative(intervals, demands, max(self.room, 0))
+
+    def _reads(self) -> None:
+        """Every computation of w reads each input u from some copy of u alive at (stage, w)."""
+        size, model = self.graph.size, self.model
+        for w, copies_w in enumerate(self.copies):
+            for present, stage, _ in copies_w:
+                for u in self.graph.deps[w]:
+                    which = []
+                    for u_present, u_stage, u_end in self.copies[u]:
+                        read = model.NewBoolVar("")
+                        model.AddImplication(read, u_present)
+                        model.Add(u_stage <= stage).OnlyEnforceIf(read)
+                        model.Add(u_end >= stage * size + w).OnlyEnforceIf(read)
+                        which.append(read)
+                    model.AddBoolOr(which).OnlyEnforceIf(present)
+
+    def hint(self, starts: list[list[tuple[int, int]]]) -> None:
+        """Start CP-SAT from a schedule's copies (``copies_of``)."""
+        for v, copies_v in enumerate(self.copies):
+            for k, (present, stage, end) in enumerate(copies_v):
+                if k < len(starts[v]):
+                    if k > 0:
+                        self.model.AddHint(present, 1)
+                        self.model.AddHint(stage, starts[v][k][0])
+                    self.model.AddHint(end, starts[v][k][1])
+                elif k > 0:
+                    self.model.AddHint(present, 0)
+
+    def recomputations(self, value) -> np.ndarray:
+        """R of a solution (``value``: the solver's or a callback's ``Value``)."""
+        size = self.graph.size
+        R = np.zeros((size, size), dtype=bool)
+        for v, copies_v in enumerate(self.copies):
+            for present, stage, _ in copies_v:
+                if value(present):
+                    R[value(stage), v] = True
+        return R
+
+
+def _last_reads(graph: RematGraph) -> list[int]:
+    """The latest point each node's value can be read: its last reader in the last stage."""
+    size = graph.size
+    last = [v * size + v for v in range(size)]
+    for w in range(size):
+        for u in graph.deps[w]:
+            last[u] = max(last[u], (size - 1) * size + w)
+    return last
+
+
+def copies_of(graph: RematGraph, R: np.ndarray) -> list[list[tuple[int, int]]]:
+    """Each node's computations in ``R`` as (stage, end): the end is the copy's last read, the
+    point (t, w) of the last computation w that reads it before the next copy."""
+    size = graph.size
+    stages = [np.flatnonzero(R[:, v]) for v in range(size)]
+    ends = [[int(s) * size + v for s in stages[v]] for v in range(size)]
+    for t, w in zip(*np.nonzero(R)):
+        for u in graph.deps[w]:
+            k = int(np.searchsorted(stages[u], t, side="right")) - 1  # the copy read
+            ends[u][k] = max(ends[u][k], int(t) * size + int(w))
+    return [list(zip(map(int, stages[v]), ends[v])) for v in range(size)]
+
+
+def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
+    cp_model = ortools_cp()
+    began = time.perf_counter()
+    known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
+    warm = warm_start(graph, budget, options) if options.warm_start or options.initial else None
+    starts = copies_of(graph, warm.R) if warm is not None else [[] for _ in range(graph.size)]
+    copies = [max(COPIES, len(s)) for s in starts]
+    built = IntervalModel(graph, budget, copies)
+    if warm is not None:
+        built.hint(starts)
+    cp = cp_model.CpSolver()
+    if options.time_limit is not None:
+        cp.parameters.max_time_in_seconds = max(0.01, options.time_limit -
+                                                (time.perf_counter() - began))
+    cp.parameters.num_workers = options.threads or 2
+    cp.parameters.random_seed = options.seed
+    code = cp.Solve(built.model, _reporter(graph, built, options.progress, known.value, began))
+    return _solution(graph, budget, built, cp, code, warm, known.value, began, options)
+
+
+def _reporter(graph: RematGraph, built: IntervalModel, progress, bound: float, began: float):
+    """CP-SAT's solution callback: each schedule's true cost to ``progress`` (None: none)."""
+    if progress is None:
+        return None
+
+    class Reporter(ortools_cp().CpSolverSolutionCallback):
+        def on_solution_callback(self):
+            R = built.recomputations(self.Value)
+            cost = float((R.sum(axis=0) * graph.cost).sum())
+            progress({"incumbent": cost, "bound": bound, "gap": (cost - bound) / cost,
+                      "time": time.perf_counter() - began})
+
+    return Reporter()
+
+
+def _solution(graph, budget, built, cp, code, warm, bound, began, options) -> Solution:
+    cp_model = ortools_cp()
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        R = built.recomputations(cp.Value)
+        S = s_from_r(graph, R)
+    elif warm is not None:
+        R, S = warm.R, warm.S
+    elif code == cp_model.INFEASIBLE:  # not a proof: the model limits the copies
+        return _least_peak(graph, budget, began, options)
+    else:
+        return Solution.infeasible(graph, "cp-intervals", budget, None,
+                                   solve_time=time.perf_counter() - began,
+                                   reason=NO_SCHEDULE_YET)
+    sol = Solution.from_schedule(graph, R, S, "cp-intervals", "feasible", budget,
+                                 lower_bound=bound, solve_time=time.perf_counter() - began,
+                                 backend_status=cp.StatusName(code))
+    if sol.peak_memory > budget:
+        raise RematError(f"cp-intervals: internal error, schedule peaks at {sol.peak_memory} "
+                         f"over budget {budget}; please report this graph")
+    status = "optimal" if meets(sol.compute_cost, sol.lower_bound) else \
+        ("feasible" if code == cp_model.OPTIMAL else "timeout")
+    return sol.with_(status=status)
+
+
+def _least_peak(graph: RematGraph, budget: float, began: float,
+                options: SolveOptions) -> Solution:
+    """Where no schedule with ``COPIES`` copies fits: the least peak ``min_budget`` finds in the
+    time left (its schedule, where that fits), proven infeasible below its bound."""
+    left = None if options.time_limit is None else \
+        max(MIN_SECONDS, options.time_limit - (time.perf_counter() - began))
+    least = min_budget(graph, SolveOptions(time_limit=left, threads=options.threads),
+                       exact=False)
+    elapsed = time.perf_counter() - began
+    if least.peak_memory <= budget:
+        return Solution.from_schedule(graph, least.R, least.S, "cp-intervals", "feasible",
+                                      budget, solve_time=elapsed)
+    proof = {"proven": True} if least.lower_bound > budget else {}
+    return Solution.infeasible(graph, "cp-intervals", budget, least.peak_memory,
+                               solve_time=elapsed, **proof)
