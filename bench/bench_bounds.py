@@ -18,6 +18,8 @@ budget it runs:
   to --plain-max-nodes nodes; beyond, its model takes minutes just to build);
 - ``retention``: the heuristic built on the bound's knapsack;
 - ``best-classic``: the cheapest of the classic baselines (checkpoint-all, Chen, AP, griewank);
+- ``cp-intervals``: retention intervals on CP-SAT, from the best baseline (retention's schedule
+  with half the limit, ``milp.warm_start``), with the retention bound;
 - ``auto``: what ``remat.solve`` does by default, with the same time limit.
 
 Each method proves its own bound within its own limit (cached bounds are dropped before each).
@@ -113,7 +115,7 @@ def chain_rows(limit, sizes=(8, 16, 32, 64, 128), methods=("chain-dp",)):
                                seconds=round(wall, 3), chosen=sol.details.get("chosen"))
 
 
-ROWS = ("bound", "milp-plain", "retention", "best-classic", "auto")
+ROWS = ("bound", "milp-plain", "retention", "best-classic", "cp-intervals", "auto")
 
 
 def rows_for(name, graph, percent, limit, plain_max, methods=ROWS):
@@ -134,6 +136,9 @@ def rows_for(name, graph, percent, limit, plain_max, methods=ROWS):
     if "best-classic" in methods:
         runs.append(measured("best-classic", graph,
                              lambda: best_baseline(graph, budget, CLASSIC)))
+    if "cp-intervals" in methods:
+        runs.append(measured("cp-intervals", graph, lambda: solver("cp-intervals")(
+            graph, budget, SolveOptions(time_limit=limit))))
     if "auto" in methods:
         runs.append(measured("auto", graph, lambda: solver("auto")(
             graph, budget, SolveOptions(time_limit=limit))))

@@ -320,7 +320,8 @@ def test_cp_intervals_below_the_least_peak_says_how_low_it_went():
 
 def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
     """Past ``MILP_MAX_NODES``, on graphs that are not chains, cp-intervals comes last, with
-    OR-Tools installed only; never on chains or small graphs."""
+    OR-Tools installed only; never on chains or small graphs. It and the method before it get
+    half the time left each."""
     from remat.solvers import auto
 
     large = remat.graphs.random_dag(60)
@@ -332,6 +333,9 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
     assert "cp-intervals" not in auto.candidate_methods(remat.graphs.linear(60))
     monkeypatch.setattr(auto, "CP_INSTALLED", False)
     assert "cp-intervals" not in auto.candidate_methods(large)
+    # retention before it and cp-intervals itself get half; the rest goes to the bound
+    assert auto._share("retention", 20.0, ["cp-intervals"]) == 10.0
+    assert auto._share("cp-intervals", 20.0, []) == 10.0
 
 
 def test_chain_dp_applies_only_to_chains():

@@ -18,7 +18,9 @@ retention bound itself (``remat.solvers.bounds``: a small knapsack, usually well
 chain-dp proves its own) and runs ``retention`` (the schedule of the bound's knapsack, and
 its local search); then ``milp``, started from the best schedule so far, on graphs of up to
 ``MILP_MAX_NODES`` nodes, or the LP relaxation with rounding (``lp-rounding``, whose LP
-optimum is a proven bound) up to ``LP_MAX_NODES``.
+optimum is a proven bound) up to ``LP_MAX_NODES``; then, past ``MILP_MAX_NODES`` on graphs
+that are not chains, ``cp-intervals`` (a CP-SAT search) from the cheapest schedule so far,
+where that is more than ``CP_GAP`` above the bound, with half the time left.
 Where chain-dp searched its whole class and no milp follows, the rest of the time goes to
 the bound (``_proof_left``); elsewhere too, where the methods end early with the cheapest
 schedule more than ``LEFT_GAP`` above the bound (``_bound_left``). On chains past
@@ -135,7 +137,7 @@ RETENTION_TRY = (20_000, 1.0)
 """(segments, seconds): on chains where chain-dp goes first with more DP segments than this
 (heterogeneous linear(256): 33153; linear(192): 18721, whose persistent recursion takes
 0.13-0.7 s), retention first, for at most this long (a tenth of the limit if less)."""
-EXACT_METHODS = ("chain-dp", "milp", "lp-rounding", "cp-intervals")
+HALF_BEFORE = ("chain-dp", "milp", "lp-rounding", "cp-intervals")
 """The methods after the baselines: whoever comes before one of them leaves it half the time."""
 CP_GAP = 0.01
 """``cp-intervals`` runs where the cheapest schedule before it is more than this above the
@@ -462,12 +464,13 @@ def _proof_left(result: Solution, later: list[str]) -> str | None:
 
 def _share(name: str, left: float, later: list[str]) -> float:
     """The seconds method ``name`` gets of the ``left`` in auto's time limit: half when an
-    exact method follows, or when retention goes before the baselines (on chains: at 10% of
-    heterogeneous linear(1024)'s range its 30 s found 3.51 of the total cost, chen-greedy 1.27
-    in 2 s), else all of it; chain-dp, when any method follows, half and at most
-    ``CHAIN_DP_SECONDS``; never less than ``MIN_STEP_SECONDS``, so that the fast baselines
-    always run."""
-    share = left / 2 if any(m in EXACT_METHODS for m in later) or (
+    method of ``HALF_BEFORE`` follows, or when retention goes before the baselines (on chains:
+    at 10% of heterogeneous linear(1024)'s range its 30 s found 3.51 of the total cost,
+    chen-greedy 1.27 in 2 s), else all of it; chain-dp, when any method follows, half and at
+    most ``CHAIN_DP_SECONDS``; cp-intervals, last, half: it searches to its limit, and the
+    rest goes to the bound (``_bound_left``, which closed U-Net op 50% from 2.5% to 0.0008%);
+    never less than ``MIN_STEP_SECONDS``, so that the fast baselines always run."""
+    share = left / 2 if any(m in HALF_BEFORE for m in later) or name == "cp-intervals" or (
         name == "retention" and later) else left
     if name == "chain-dp" and later:
         share = min(left / 2, CHAIN_DP_SECONDS)
