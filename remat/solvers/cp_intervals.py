@@ -21,13 +21,16 @@ The objective is the cost of the extra copies. A node gets ``COPIES`` copies, or
 start schedule computes it, so the model is a restriction (every solution is a valid schedule
 within the budget, priced by the simulator at its true cost) and CP-SAT's bound is not a
 lower bound: the method reports the retention bound (``remat.solvers.bounds``), and "optimal"
-only where its schedule meets it. It starts from ``options.initial`` or the best baseline
-(``milp.warm_start``), given to CP-SAT as a hint.
+only where its schedule meets it. With as many copies as stages it holds every schedule worth
+running, and its optimum is milp's (tests/test_fast_solvers.py). It starts from
+``options.initial`` or the best baseline (``milp.warm_start``), given to CP-SAT as a hint,
+and searches until its time limit (``DEFAULT_TIME_LIMIT`` where none is set).
 """
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -49,6 +52,9 @@ WEIGHT_SCALE = 1e7
 (the schedule's true cost comes from the simulator)."""
 
 
+DEFAULT_TIME_LIMIT = 30.0
+"""Seconds the search gets where the caller sets no limit (CP-SAT rarely proves the restricted
+model optimal on graphs of hundreds of nodes)."""
 MIN_SECONDS = 0.1
 """The least time the least-peak search gets where no schedule is found."""
 
@@ -63,11 +69,8 @@ class IntervalModel:
         unit = memory_unit(graph)
         self.room = math.floor((float(budget) - graph.static_mem) / unit + 1e-9)
         self.last_read = _last_reads(graph)
-        read = [False] * size
-        for w in range(size):
-            for u in graph.deps[w]:
-                read[u] = True
-        self.copies = [self._copies(v, min(copies[v], size - v) if read[v] else 1)
+        self.copies = [self._copies(v, min(copies[v], size - v)
+                                    if self.last_read[v] > v * size + v else 1)  # it is read
                        for v in range(size)]
         self._memory(unit)
         self._reads()
@@ -177,6 +180,8 @@ def copies_of(graph: RematGraph, R: np.ndarray) -> list[list[tuple[int, int]]]:
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     cp_model = ortools_cp()
     began = time.perf_counter()
+    if options.time_limit is None:  # a search: without a limit it may never end
+        options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
     warm = warm_start(graph, budget, options) if options.warm_start or options.initial else None
     starts = copies_of(graph, warm.R) if warm is not None else [[] for _ in range(graph.size)]
@@ -185,9 +190,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     if warm is not None:
         built.hint(starts)
     cp = cp_model.CpSolver()
-    if options.time_limit is not None:
-        cp.parameters.max_time_in_seconds = max(0.01, options.time_limit -
-                                                (time.perf_counter() - began))
+    cp.parameters.max_time_in_seconds = max(0.01, options.time_limit -
+                                            (time.perf_counter() - began))
     cp.parameters.num_workers = options.threads or 2
     cp.parameters.random_seed = options.seed
     code = cp.Solve(built.model, _reporter(graph, built, options.progress, known.value, began))
@@ -237,8 +241,7 @@ def _least_peak(graph: RematGraph, budget: float, began: float,
                 options: SolveOptions) -> Solution:
     """Where no schedule with ``COPIES`` copies fits: the least peak ``min_budget`` finds in the
     time left (its schedule, where that fits), proven infeasible below its bound."""
-    left = None if options.time_limit is None else \
-        max(MIN_SECONDS, options.time_limit - (time.perf_counter() - began))
+    left = max(MIN_SECONDS, options.time_limit - (time.perf_counter() - began))
     least = min_budget(graph, SolveOptions(time_limit=left, threads=options.threads),
                        exact=False)
     elapsed = time.perf_counter() - began
