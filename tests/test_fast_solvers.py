@@ -9,7 +9,7 @@ import pytest
 import remat
 from remat.solvers.bounds import retention_bound
 from remat.errors import InvalidScheduleError
-from remat.schedule import checkpoint_all_peak, parse_budget, simulate
+from remat.schedule import checkpoint_all, checkpoint_all_peak, parse_budget, simulate
 from remat.schedule.rs import cheapest_r
 from remat.schedule.solution import Solution
 from remat.solvers import SolveOptions, solver
@@ -336,6 +336,14 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
     # retention before it and cp-intervals itself get half; the rest goes to the bound
     assert auto._share("retention", 20.0, ["cp-intervals"]) == 10.0
     assert auto._share("cp-intervals", 20.0, []) == 10.0
+    # only from a schedule over 1% above the bound, where retention ran out of time
+    graph = remat.graphs.random_dag(10, seed=1)
+    cut = Solution.from_schedule(graph, *checkpoint_all(graph), "retention", "timeout", None)
+    cut = cut.with_(lower_bound=cut.compute_cost / 1.02)
+    assert auto._search_left(cut, None, [cut])
+    assert not auto._search_left(cut, cut.compute_cost / 1.005, [cut])  # within CP_GAP
+    assert not auto._search_left(cut, None, [cut.with_(status="feasible")])  # it stalled
+    assert not auto._search_left(None, None, [cut])
 
 
 def test_chain_dp_applies_only_to_chains():
