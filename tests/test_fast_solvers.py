@@ -320,8 +320,8 @@ def test_cp_intervals_below_the_least_peak_says_how_low_it_went():
 
 def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
     """Past ``MILP_MAX_NODES``, on graphs that are not chains, cp-intervals comes last, with
-    OR-Tools installed only; never on chains or small graphs. It and the method before it get
-    half the time left each."""
+    OR-Tools installed only; never on chains or small graphs: with half the time left where
+    retention ran out of time (the method before it gets half too), else after the bound."""
     from remat.solvers import auto
 
     large = remat.graphs.random_dag(60)
@@ -344,6 +344,15 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
     assert not auto._search_left(cut, cut.compute_cost / 1.005, [cut])  # within CP_GAP
     assert not auto._search_left(cut, None, [cut.with_(status="feasible")])  # it stalled
     assert not auto._search_left(None, None, [cut])
+    # after the bound: only with time left, and once
+    budget = checkpoint_all_peak(graph)
+    assert auto._search_after_bound(graph, budget, SolveOptions(), None, [cut],
+                                    time.perf_counter() - 1) == []
+    found = auto._search_after_bound(graph, budget, SolveOptions(), None, [cut],
+                                     time.perf_counter() + 5)
+    assert [r.method for r in found] == ["cp-intervals"] and found[0].peak_memory <= budget
+    assert auto._search_after_bound(graph, budget, SolveOptions(), None, [cut] + found,
+                                    time.perf_counter() + 5) == []
 
 
 def test_chain_dp_applies_only_to_chains():
