@@ -498,8 +498,8 @@ def _share(name: str, left: float, later: list[str]) -> float:
     at 10% of heterogeneous linear(1024)'s range its 30 s found 3.51 of the total cost,
     chen-greedy 1.27 in 2 s), else all of it; chain-dp, when any method follows, half and at
     most ``CHAIN_DP_SECONDS``; cp-intervals, last, half: it searches to its limit, and the
-    rest goes to the bound (``_bound_left``, which closed U-Net op 50% from 2.5% to 0.0008%);
-    never less than ``MIN_STEP_SECONDS``, so that the fast baselines always run."""
+    rest goes to the bound (``_bound_left``); never less than ``MIN_STEP_SECONDS``, so that
+    the fast baselines always run."""
     share = left / 2 if any(m in HALF_BEFORE for m in later) or name == "cp-intervals" or (
         name == "retention" and later) else left
     if name == "chain-dp" and later:
