@@ -290,7 +290,7 @@ def test_cp_intervals_limits_the_copies():
 
 def test_cp_intervals_starts_from_the_schedule_it_is_given():
     """From a schedule (``initial``: chen-greedy's, 1.264 of the total cost) it returns a
-    cheaper one that fits (1.045 in 5 s); with too little time, that schedule."""
+    cheaper one that fits (1.045 in 5 s); with too little time, no worse."""
     pytest.importorskip("ortools")
     graph = remat.graphs.random_dag(40, seed=2)
     budget = parse_budget("70%", graph)
@@ -301,10 +301,9 @@ def test_cp_intervals_starts_from_the_schedule_it_is_given():
                                                                  initial=start))
         assert sol.feasible and sol.peak_memory <= budget
         assert simulate(graph, sol.R, sol.S).compute_cost == pytest.approx(sol.compute_cost)
-        if limit < 1:
-            assert (sol.R == start.R).all()
-        else:
-            assert sol.compute_cost < 0.9 * start.compute_cost
+        # too little time: the start schedule (or the first CP-SAT found from it)
+        assert sol.compute_cost < (start.compute_cost * (1 + 1e-12) if limit < 1 else
+                                   0.9 * start.compute_cost)
 
 
 def test_cp_intervals_below_the_least_peak_says_how_low_it_went():

@@ -40,7 +40,7 @@ from remat.schedule.rs import s_from_r
 from remat.schedule.solution import Solution
 from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
 from remat.solvers.bounds import bound_time, meets, retention_bound
-from remat.solvers.cpsat import ortools_cp, memory_unit
+from remat.solvers.cpsat import memory_unit, ortools_cp
 from remat.solvers.milp import warm_start
 from remat.solvers.min_budget import min_budget
 
@@ -50,8 +50,6 @@ schedule computes it more often."""
 WEIGHT_SCALE = 1e7
 """The objective's integer weights: each node's cost as this share of the total cost, rounded
 (the schedule's true cost comes from the simulator)."""
-
-
 DEFAULT_TIME_LIMIT = 30.0
 """Seconds the search gets where the caller sets no limit (CP-SAT rarely proves the restricted
 model optimal on graphs of hundreds of nodes)."""
