@@ -2,6 +2,7 @@
 import math
 import subprocess
 import sys
+from importlib.util import find_spec
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from remat.solvers.griewank import _split, _steps, adjoint_order, chain_schedule
 import cases
 
 BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-greedy", "ap-sqrtn", "ap-greedy", "griewank",
-             "retention", "cp-intervals", "auto")
+             "retention") + (("cp-intervals",) if find_spec("ortools") else ()) + ("auto",)
 
 
 def run(method, graph, budget):

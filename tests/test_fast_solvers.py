@@ -282,7 +282,7 @@ def test_cp_intervals_limits_the_copies():
     budget = parse_budget("60%", graph)
     ref = solver("milp")(graph, budget, SolveOptions(time_limit=30))
     sol = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=30, warm_start=False))
-    assert ref.status == "optimal" and ref.R.sum(axis=0).max() == 3
+    assert ref.status == "optimal" and ref.R.sum(axis=0).max() >= 3
     assert sol.details["backend_status"] == "OPTIMAL" and sol.R.sum(axis=0).max() <= 2
     assert sol.compute_cost > ref.compute_cost * (1 + 1e-6)
     assert sol.status != "optimal" and sol.lower_bound <= ref.compute_cost + 1e-9
@@ -315,6 +315,8 @@ def test_cp_intervals_below_the_least_peak_says_how_low_it_went():
                                  SolveOptions(time_limit=10, warm_start=False))
     assert not sol.feasible and sol.proven_infeasible
     assert sol.min_budget > parse_budget("20%", graph)
+    below = solver("cp-intervals")(graph, graph.static_mem / 2, SolveOptions(time_limit=5))
+    assert not below.feasible and below.proven_infeasible  # below static memory
 
 
 def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
@@ -330,10 +332,13 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
                                                   ["retention", "cp-intervals"])
     assert "cp-intervals" not in auto.candidate_methods(remat.graphs.random_dag(30))
     assert "cp-intervals" not in auto.candidate_methods(remat.graphs.linear(60))
+    fractional = remat.RematGraph(large.names, large.cost, large.mem / 3, large.deps,
+                                  large.is_backward, static_mem=large.static_mem)
+    assert "cp-intervals" not in auto.candidate_methods(fractional)  # CP-SAT needs bytes
     monkeypatch.setattr(auto, "CP_INSTALLED", False)
     assert "cp-intervals" not in auto.candidate_methods(large)
     # retention before it and cp-intervals itself get half; the rest goes to the bound
-    assert auto._share("retention", 20.0, ["cp-intervals"]) == 10.0
+    assert auto._share("lp-rounding", 20.0, ["cp-intervals"]) == 10.0
     assert auto._share("cp-intervals", 20.0, []) == 10.0
     # only from a schedule over 1% above the bound, where retention ran out of time
     graph = remat.graphs.random_dag(10, seed=1)

@@ -55,6 +55,7 @@ from remat.solvers.bounds import (Bound, bound_time, gaps_of_one_size, meets,
                                   retention_bound)
 from remat.solvers.chain_dp import (COMPILED, LEAST_PEAK_LAYERS, Ahead, chain_of,
                                     distinct_segments, least_peak, persistent_fits, strided_only)
+from remat.solvers.cpsat import whole_bytes
 from remat.solvers.min_budget import min_budget
 from remat.solvers.peak_floor import below_floor, known_floor, reached
 
@@ -198,7 +199,8 @@ def _methods(graph: RematGraph, after: bool | None) -> list[str]:
         methods.append("milp")
     elif graph.size <= LP_MAX_NODES:
         methods.append("lp-rounding")
-    if graph.size > MILP_MAX_NODES and not graph.is_chain and CP_INSTALLED:
+    if graph.size > MILP_MAX_NODES and not graph.is_chain and CP_INSTALLED and \
+            whole_bytes(graph):
         methods.append("cp-intervals")
     return methods
 
@@ -287,7 +289,8 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
         if best is not None and meets(best.compute_cost, _bound(known, results),
                                       options.mip_rel_gap):
             break  # a bound already proves it: slower methods cannot do better
-        if name == "cp-intervals" and not _search_left(best, known, results):
+        if name == "cp-intervals" and not _search_left(best, known, results,
+                                                       max(CP_GAP, options.mip_rel_gap)):
             continue
         limit = _share(name, deadline - time.perf_counter(), methods[k + 1:])
         results.append(solver(name)(graph, budget, replace(options, initial=best,
@@ -320,15 +323,16 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
                            tried=[r.method for r in results])
 
 
-def _search_left(best: Solution | None, known: float | None, results: list[Solution]) -> bool:
-    """Whether ``cp-intervals`` gets its turn: from a schedule more than ``CP_GAP`` above the
+def _search_left(best: Solution | None, known: float | None, results: list[Solution],
+                 gap: float = CP_GAP) -> bool:
+    """Whether ``cp-intervals`` gets its turn: from a schedule more than ``gap`` above the
     bound, where retention's search ran out of time. Where it stalled first, the rest goes to
     the bound (``_bound_left``): U-Net op 50%, 60 s, retention stalls 2.5% above the bound
     after 17.6 s, and the bound, given the time left, proves it within 0.0008%; with
     cp-intervals first (it found the same cost) the bound was left 2.4% below it."""
     cut_short = any(r.method == "retention" and r.status == "timeout" for r in results)
     return best is not None and cut_short and \
-        not meets(best.compute_cost, _bound(known, results), CP_GAP)
+        not meets(best.compute_cost, _bound(known, results), gap)
 
 
 def _search_after_bound(graph: RematGraph, budget: float, options: SolveOptions,
@@ -341,7 +345,7 @@ def _search_after_bound(graph: RematGraph, budget: float, options: SolveOptions,
     it ran before the bound. [its result]"""
     best, left = _cheapest(results), deadline - time.perf_counter()
     if best is None or left < LEFT_SECONDS or \
-            meets(best.compute_cost, _bound(known, results), CP_GAP):
+            meets(best.compute_cost, _bound(known, results), max(CP_GAP, options.mip_rel_gap)):
         return []
     return [solver("cp-intervals")(graph, budget, replace(options, initial=best,
                                                             time_limit=left))]

@@ -5,10 +5,11 @@ read, so a schedule is a few retention intervals per node, and memory is a cumul
 constraint over them, O(n) integer variables where Checkmate's MILP has O(n^2). Here time is
 fine enough to be exact under DESIGN.md's memory rule: the point (t, k), numbered ``t * T +
 k``, is stage t computing node k. A copy of node v computed in stage s starts at (s, v) and
-ends at its last read (t, w); at a computation the copies that cover its point are exactly the
-values in memory then (its inputs, its output, what later nodes read), so the cumulative's
-height at (t, k) is the simulator's candidate there (plus the node's workspace, an interval of
-length one). Each copy a node keeps has:
+ends at its last read (t, w) or later; at a computation the copies that cover its point hold
+at least the values in memory then (its inputs, its output, what later nodes read), exactly
+those where each copy ends at its last read, so the cumulative's height at (t, k) is at least
+the simulator's candidate there, and equal to it at the schedule's own copies (plus the
+node's workspace, an interval of length one). Each copy a node keeps has:
 
 - ``present`` (the first copy always: stage v computes node v), the stage it is computed in,
   and its end;
@@ -37,6 +38,7 @@ import numpy as np
 from remat.errors import RematError
 from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r
+from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
 from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
 from remat.solvers.bounds import bound_time, meets, retention_bound
@@ -46,7 +48,7 @@ from remat.solvers.min_budget import min_budget
 
 COPIES = 2
 """Copies each node may have (its first computation and recomputations), unless the start
-schedule computes it more often."""
+schedule computes it more often; a node nothing reads has one."""
 WEIGHT_SCALE = 1e7
 """The objective's integer weights: each node's cost as this share of the total cost, rounded
 (the schedule's true cost comes from the simulator)."""
@@ -180,6 +182,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     began = time.perf_counter()
     if options.time_limit is None:  # a search: without a limit it may never end
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
+    if budget < graph.static_mem:  # nothing fits, not even an empty step
+        return _least_peak(graph, budget, began, options)
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
     warm = warm_start(graph, budget, options) if options.warm_start or options.initial else None
     starts = copies_of(graph, warm.R) if warm is not None else [[] for _ in range(graph.size)]
@@ -216,6 +220,8 @@ def _solution(graph, budget, built, cp, code, warm, bound, began, options) -> So
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         R = built.recomputations(cp.Value)
         S = s_from_r(graph, R)
+        if warm is not None and warm.compute_cost <= simulate(graph, R, S).compute_cost:
+            R, S = warm.R, warm.S  # CP-SAT's first solutions may cost more than its hint
     elif warm is not None:
         R, S = warm.R, warm.S
     elif code == cp_model.INFEASIBLE:  # not a proof: the model limits the copies

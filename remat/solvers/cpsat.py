@@ -38,16 +38,23 @@ def ortools_cp():
     try:
         from ortools.sat.python import cp_model
     except ImportError as exc:
-        raise ImportError("method 'cpsat' needs OR-Tools: pip install ortools") from exc
+        raise ImportError("the CP-SAT methods (cpsat, cp-intervals) need OR-Tools: "
+                          "pip install ortools") from exc
     return cp_model
+
+
+def whole_bytes(graph: RematGraph) -> bool:
+    """Whether every node size and workspace is a whole number of bytes (CP-SAT's units)."""
+    sizes = np.concatenate([graph.mem, graph.workspace])
+    return bool(np.all(sizes == np.round(sizes)))
 
 
 def memory_unit(graph: RematGraph) -> int:
     """Bytes per CP-SAT memory unit: the gcd of the (whole-byte) sizes and workspaces."""
     sizes = np.concatenate([graph.mem, graph.workspace])
-    if not np.all(sizes == np.round(sizes)):
-        raise CpSatModelError("cpsat needs whole-byte node sizes (mem, workspace); round them "
-                              "or use milp")
+    if not whole_bytes(graph):
+        raise CpSatModelError("the CP-SAT methods need whole-byte node sizes (mem, workspace); "
+                              "round them or use milp")
     unit = 0
     for size in sizes.astype(np.int64):
         unit = math.gcd(unit, int(size))
