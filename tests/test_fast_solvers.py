@@ -344,10 +344,11 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
     graph = remat.graphs.random_dag(10, seed=1)
     cut = Solution.from_schedule(graph, *checkpoint_all(graph), "retention", "timeout", None)
     cut = cut.with_(lower_bound=cut.compute_cost / 1.02)
-    assert auto._search_left(cut, None, [cut])
-    assert not auto._search_left(cut, cut.compute_cost / 1.005, [cut])  # within CP_GAP
-    assert not auto._search_left(cut, None, [cut.with_(status="feasible")])  # it stalled
-    assert not auto._search_left(None, None, [cut])
+    plain = SolveOptions()
+    assert auto._search_left(cut, None, [cut], plain)
+    assert not auto._search_left(cut, cut.compute_cost / 1.005, [cut], plain)  # within CP_GAP
+    assert not auto._search_left(cut, None, [cut.with_(status="feasible")], plain)  # stalled
+    assert not auto._search_left(None, None, [cut], plain)
     # after the bound: only with time left, and while the gap is over CP_GAP
     budget = checkpoint_all_peak(graph)
     assert auto._search_after_bound(graph, budget, SolveOptions(), None, [cut],

@@ -17,6 +17,7 @@ ORDERS = ("memory", "trace")
 ``memory_order`` where it lowers checkpoint-all's peak, else as traced) or ``"trace"``
 (forward nodes, then backward ones, each as autograd traced them)."""
 
+
 def memory_order(graph: RematGraph) -> tuple[int, ...]:
     """A topological order of ``graph``'s nodes: each step runs, among the nodes whose inputs
     are all computed, the one that adds the least memory (its output, less the inputs it is the

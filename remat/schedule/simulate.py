@@ -136,10 +136,15 @@ def simulate(graph: RematGraph, R, S) -> Simulation:
     start = float(graph.static_mem)
     events = replay(graph, R, S, keep, start)
     peak, at = _peak(events, start)
-    # priced as counts x cost so that checkpoint-all costs exactly graph.total_cost
-    cost = float((R.sum(axis=0) * graph.cost).sum())
+    cost = compute_cost(graph, R)
     stage, node = (int(events.stage[at]), int(events.node[at])) if at >= 0 else (-1, -1)
     return Simulation(peak, cost, stage, node, events)
+
+
+def compute_cost(graph: RematGraph, R: np.ndarray) -> float:
+    """What running R costs, priced as counts x cost so that checkpoint-all costs exactly
+    ``graph.total_cost`` (the price ``simulate`` reports, without the replay)."""
+    return float((R.sum(axis=0) * graph.cost).sum())
 
 
 def replay(graph: RematGraph, R: np.ndarray, S: np.ndarray, keep: np.ndarray,

@@ -145,7 +145,7 @@ HALF_BEFORE = ("chain-dp", "milp", "lp-rounding", "cp-intervals")
 CP_GAP = 0.01
 """``cp-intervals`` runs where the cheapest schedule before it is more than this above the
 bound (the issue's goal), and only from a schedule (it is a search from one;
-``_search_left``)."""
+``_gap_open``)."""
 CP_INSTALLED = importlib.util.find_spec("ortools") is not None
 """``cp-intervals`` needs OR-Tools (the ``cp`` extra); auto leaves it out without."""
 NONE_FOUND = "no method found a schedule within the time limit"
@@ -289,8 +289,7 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
         if best is not None and meets(best.compute_cost, _bound(known, results),
                                       options.mip_rel_gap):
             break  # a bound already proves it: slower methods cannot do better
-        if name == "cp-intervals" and not _search_left(best, known, results,
-                                                       max(CP_GAP, options.mip_rel_gap)):
+        if name == "cp-intervals" and not _search_left(best, known, results, options):
             continue
         limit = _share(name, deadline - time.perf_counter(), methods[k + 1:])
         results.append(solver(name)(graph, budget, replace(options, initial=best,
@@ -324,28 +323,34 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
 
 
 def _search_left(best: Solution | None, known: float | None, results: list[Solution],
-                 gap: float = CP_GAP) -> bool:
-    """Whether ``cp-intervals`` gets its turn: from a schedule more than ``gap`` above the
-    bound, where retention's search ran out of time. Where it stalled first, the rest goes to
+                 options: SolveOptions) -> bool:
+    """Whether ``cp-intervals`` gets its turn: from a schedule the gap leaves open
+    (``_gap_open``), where retention's search ran out of time. Where it stalled first, the rest goes to
     the bound (``_bound_left``): U-Net op 50%, 60 s, retention stalls 2.5% above the bound
     after 17.6 s, and the bound, given the time left, proves it within 0.0008%; with
     cp-intervals first (it found the same cost) the bound was left 2.4% below it."""
     cut_short = any(r.method == "retention" and r.status == "timeout" for r in results)
-    return best is not None and cut_short and \
-        not meets(best.compute_cost, _bound(known, results), gap)
+    return cut_short and _gap_open(best, known, results, options)
+
+
+def _gap_open(best: Solution | None, known: float | None, results: list[Solution],
+              options: SolveOptions) -> bool:
+    """Whether ``best`` is more than ``CP_GAP`` (or the caller's ``mip_rel_gap``, if larger)
+    above the best bound, the condition for ``cp-intervals``."""
+    return best is not None and \
+        not meets(best.compute_cost, _bound(known, results), max(CP_GAP, options.mip_rel_gap))
 
 
 def _search_after_bound(graph: RematGraph, budget: float, options: SolveOptions,
                         known: float | None, results: list[Solution],
                         deadline: float) -> list[Solution]:
     """``cp-intervals`` with the time the bound left (at least ``LEFT_SECONDS``), where the
-    cheapest schedule is still more than ``CP_GAP`` above the bound: where the search stalled
-    and the bound ended before the limit (resnet50 module 30%, 60 s: retention stalls 2.1%
-    above the bound and the call ended after 23.6 s), or again from its own schedule where
-    it ran before the bound. [its result]"""
+    gap is still open (``_gap_open``): where the search stalled and the bound ended before
+    the limit (resnet50 module 30%, 60 s: retention stalls 2.1% above the bound and the call
+    ended after 23.6 s), or again from its own schedule where it ran before the bound.
+    [its result]"""
     best, left = _cheapest(results), deadline - time.perf_counter()
-    if best is None or left < LEFT_SECONDS or \
-            meets(best.compute_cost, _bound(known, results), max(CP_GAP, options.mip_rel_gap)):
+    if left < LEFT_SECONDS or not _gap_open(best, known, results, options):
         return []
     return [solver("cp-intervals")(graph, budget, replace(options, initial=best,
                                                             time_limit=left))]

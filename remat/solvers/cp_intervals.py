@@ -38,13 +38,14 @@ import numpy as np
 from remat.errors import RematError
 from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r
-from remat.schedule.simulate import simulate
+from remat.schedule.simulate import compute_cost
 from remat.schedule.solution import Solution
 from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
 from remat.solvers.bounds import bound_time, meets, retention_bound
 from remat.solvers.cpsat import memory_unit, ortools_cp
 from remat.solvers.milp import warm_start
 from remat.solvers.min_budget import min_budget
+from remat.solvers.peak_floor import known_floor
 
 COPIES = 2
 """Copies each node may have (its first computation and recomputations), unless the start
@@ -67,12 +68,11 @@ class IntervalModel:
         self.graph, self.model = graph, cp_model.CpModel()
         size = graph.size
         unit = memory_unit(graph)
-        self.room = math.floor((float(budget) - graph.static_mem) / unit + 1e-9)
         self.last_read = _last_reads(graph)
         self.copies = [self._copies(v, min(copies[v], size - v)
                                     if self.last_read[v] > v * size + v else 1)  # it is read
                        for v in range(size)]
-        self._memory(unit)
+        self._memory(unit, math.floor((float(budget) - graph.static_mem) / unit + 1e-9))
         self._reads()
         total = float(graph.total_cost) or 1.0
         self.model.Minimize(sum(int(round(graph.cost[v] / total * WEIGHT_SCALE)) * present
@@ -95,9 +95,9 @@ class IntervalModel:
             found.append((present, stage, end))
         return found
 
-    def _memory(self, unit: int) -> None:
-        """The cumulative: each copy holds the node's bytes from its start to its end, and its
-        workspace at its start."""
+    def _memory(self, unit: int, room: int) -> None:
+        """The cumulative within ``room`` units: each copy holds the node's bytes from its start
+        to its end, and its workspace at its start."""
         size, model, graph = self.graph.size, self.model, self.graph
         intervals, demands = [], []
         for v, copies_v in enumerate(self.copies):
@@ -114,7 +114,7 @@ class IntervalModel:
                     intervals.append(model.NewOptionalFixedSizeIntervalVar(start, 1, present,
                                                                            f"w{v}.{k}"))
                     demands.append(work)
-        model.AddCumulative(intervals, demands, max(self.room, 0))
+        model.AddCumulative(intervals, demands, max(room, 0))
 
     def _reads(self) -> None:
         """Every computation of w reads each input u from some copy of u alive at (stage, w)."""
@@ -182,7 +182,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     began = time.perf_counter()
     if options.time_limit is None:  # a search: without a limit it may never end
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
-    if budget < graph.static_mem:  # nothing fits, not even an empty step
+    if budget < known_floor(graph):  # below the least peak known without a search
         return _least_peak(graph, budget, began, options)
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
     warm = warm_start(graph, budget, options) if options.warm_start or options.initial else None
@@ -207,8 +207,7 @@ def _reporter(graph: RematGraph, built: IntervalModel, progress, bound: float, b
 
     class Reporter(ortools_cp().CpSolverSolutionCallback):
         def on_solution_callback(self):
-            R = built.recomputations(self.Value)
-            cost = float((R.sum(axis=0) * graph.cost).sum())
+            cost = compute_cost(graph, built.recomputations(self.Value))
             progress({"incumbent": cost, "bound": bound, "gap": (cost - bound) / cost,
                       "time": time.perf_counter() - began})
 
@@ -220,7 +219,7 @@ def _solution(graph, budget, built, cp, code, warm, bound, began, options) -> So
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         R = built.recomputations(cp.Value)
         S = s_from_r(graph, R)
-        if warm is not None and warm.compute_cost <= simulate(graph, R, S).compute_cost:
+        if warm is not None and warm.compute_cost <= compute_cost(graph, R):
             R, S = warm.R, warm.S  # CP-SAT's first solutions may cost more than its hint
     elif warm is not None:
         R, S = warm.R, warm.S

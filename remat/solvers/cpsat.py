@@ -45,18 +45,21 @@ def ortools_cp():
 
 def whole_bytes(graph: RematGraph) -> bool:
     """Whether every node size and workspace is a whole number of bytes (CP-SAT's units)."""
-    sizes = np.concatenate([graph.mem, graph.workspace])
+    sizes = _sizes(graph)
     return bool(np.all(sizes == np.round(sizes)))
+
+
+def _sizes(graph: RematGraph) -> np.ndarray:
+    return np.concatenate([graph.mem, graph.workspace])
 
 
 def memory_unit(graph: RematGraph) -> int:
     """Bytes per CP-SAT memory unit: the gcd of the (whole-byte) sizes and workspaces."""
-    sizes = np.concatenate([graph.mem, graph.workspace])
     if not whole_bytes(graph):
         raise CpSatModelError("the CP-SAT methods need whole-byte node sizes (mem, workspace); "
                               "round them or use milp")
     unit = 0
-    for size in sizes.astype(np.int64):
+    for size in _sizes(graph).astype(np.int64):
         unit = math.gcd(unit, int(size))
     return max(unit, 1)
 
