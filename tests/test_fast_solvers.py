@@ -319,6 +319,21 @@ def test_cp_intervals_below_the_least_peak_says_how_low_it_went():
     assert not below.feasible and below.proven_infeasible  # below static memory
 
 
+def test_cp_intervals_reports_progress_where_nothing_costs_anything():
+    """Each schedule CP-SAT finds goes to ``progress`` at its true cost; on a graph whose
+    nodes all cost 0 that is 0, and so is the gap (no division by zero)."""
+    pytest.importorskip("ortools")
+    dag = remat.graphs.random_dag(12, seed=0)
+    free = remat.RematGraph(dag.names, np.zeros(dag.size), dag.mem, dag.deps, dag.is_backward,
+                            static_mem=dag.static_mem)
+    seen = []
+    sol = solver("cp-intervals")(free, parse_budget("60%", free),
+                                 SolveOptions(time_limit=5, progress=seen.append,
+                                              warm_start=False))
+    assert sol.feasible and sol.compute_cost == 0.0
+    assert seen and all(event["incumbent"] == event["gap"] == 0.0 for event in seen)
+
+
 def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
     """Past ``MILP_MAX_NODES``, on graphs that are not chains, cp-intervals comes last, with
     OR-Tools installed only; never on chains or small graphs: with half the time left where
@@ -358,6 +373,11 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
     assert [r.method for r in found] == ["cp-intervals"] and found[0].peak_memory <= budget
     assert auto._search_after_bound(graph, budget, SolveOptions(), cut.compute_cost / 1.005,
                                     [cut], time.perf_counter() + 5) == []
+    # not again where CP-SAT proved its own schedule optimal within its copies
+    for status, runs in (("FEASIBLE", 1), ("OPTIMAL", 0)):
+        before = cut.with_(method="cp-intervals", details={"backend_status": status})
+        assert len(auto._search_after_bound(graph, budget, SolveOptions(), None, [before],
+                                            time.perf_counter() + 5)) == runs
 
 
 def test_chain_dp_applies_only_to_chains():

@@ -208,7 +208,8 @@ def _reporter(graph: RematGraph, built: IntervalModel, progress, bound: float, b
     class Reporter(ortools_cp().CpSolverSolutionCallback):
         def on_solution_callback(self):
             cost = compute_cost(graph, built.recomputations(self.Value))
-            progress({"incumbent": cost, "bound": bound, "gap": (cost - bound) / cost,
+            gap = (cost - bound) / cost if cost > 0 else 0.0  # every node may cost 0
+            progress({"incumbent": cost, "bound": bound, "gap": gap,
                       "time": time.perf_counter() - began})
 
     return Reporter()
