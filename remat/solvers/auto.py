@@ -325,10 +325,10 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
 def _search_left(best: Solution | None, known: float | None, results: list[Solution],
                  options: SolveOptions) -> bool:
     """Whether ``cp-intervals`` gets its turn: from a schedule the gap leaves open
-    (``_gap_open``), where retention's search ran out of time. Where it stalled first, the rest goes to
-    the bound (``_bound_left``): U-Net op 50%, 60 s, retention stalls 2.5% above the bound
-    after 17.6 s, and the bound, given the time left, proves it within 0.0008%; with
-    cp-intervals first (it found the same cost) the bound was left 2.4% below it."""
+    (``_gap_open``), where retention's search ran out of time. Where it stalled first, the
+    rest goes to the bound (``_bound_left``): U-Net op 50%, 60 s, retention stalls 2.5% above
+    the bound after 17.6 s, and the bound, given the time left, proves it within 0.0008%;
+    with cp-intervals first (it found the same cost) the bound was left 2.4% below it."""
     cut_short = any(r.method == "retention" and r.status == "timeout" for r in results)
     return cut_short and _gap_open(best, known, results, options)
 
