@@ -590,14 +590,14 @@ def test_the_search_runs_again_from_the_other_start(monkeypatch):
 
     from remat.solvers import retention
 
-    calls, ends = [], {2.0: 1.9, 3.0: 1.0}  # a search from the dearer start ends lower
+    calls, ends = [], {2.0: 1.9, 3.0: 1.0, 2.5: 2.2}  # from 3.0 it ends lower, from 2.5 not
 
     def search(plan, budget, best, deadline, seed, threads, bound):
         calls.append((best[0], seed))
         return (ends[best[0]],) + best[1:]
 
     monkeypatch.setattr(retention, "_search", search)
-    dear, cheap = (3.0, None, None, set()), (2.0, None, None, set())
+    dear, cheap, near = (3.0, None, None, set()), (2.0, None, None, set()), (2.5, None, None, set())
     options = SolveOptions(seed=7)
     later, now = time.perf_counter() + 60, time.perf_counter() - 1
     for best, start, deadline, bound, runs, cost in [
@@ -605,7 +605,10 @@ def test_the_search_runs_again_from_the_other_start(monkeypatch):
             (cheap, dear, later, 0.0, [(2.0, 7), (3.0, 8)], 1.0),
             (dear, cheap, now, 0.0, [(2.0, 7)], 1.9),
             (dear, cheap, later, 1.9, [(2.0, 7)], 1.9),  # proven optimal
+            (near, cheap, later, 0.0, [(2.0, 7), (2.5, 8)], 1.9),  # the first is cheaper
             (dear, None, later, 0.0, [(3.0, 7)], 1.0),
+            (None, dear, later, 0.0, [(3.0, 7)], 1.0),
+            (dear, cheap, later, 2.0, [], 2.0),  # its start meets the bound
             (None, None, later, 0.0, [], None)]:
         calls.clear()
         found = retention._searched(None, 0.0, best, start, deadline, options, bound)

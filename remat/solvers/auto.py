@@ -348,7 +348,8 @@ def _search_after_bound(graph: RematGraph, budget: float, options: SolveOptions,
     gap is still open (``_gap_open``): where the search stalled and the bound ended before
     the limit (resnet50 module 30%, 60 s: retention stalls 2.1% above the bound and the call
     ended after 23.6 s), or again from its own schedule where it ran before the bound, unless
-    CP-SAT proved that one optimal within its copies (the same model again). [its result]"""
+    CP-SAT proved that one optimal within its copies (a second run would solve the same model,
+    or a restriction of it that holds that optimum). [its result]"""
     best, left = _cheapest(results), deadline - time.perf_counter()
     if left < LEFT_SECONDS or not _gap_open(best, known, results, options) or \
             any(r.details.get("backend_status") == "OPTIMAL" for r in results
