@@ -284,6 +284,7 @@ def test_cp_intervals_limits_the_copies():
     sol = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=30, warm_start=False))
     assert ref.status == "optimal" and ref.R.sum(axis=0).max() >= 3
     assert sol.details["backend_status"] == "OPTIMAL" and sol.R.sum(axis=0).max() <= 2
+    assert sol.details["optimal_in_class"]  # what auto reads
     assert sol.compute_cost > ref.compute_cost * (1 + 1e-6)
     assert sol.status != "optimal" and sol.lower_bound <= ref.compute_cost + 1e-9
 
@@ -374,8 +375,8 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
     assert auto._search_after_bound(graph, budget, SolveOptions(), cut.compute_cost / 1.005,
                                     [cut], time.perf_counter() + 5) == []
     # not again where CP-SAT proved its own schedule optimal within its copies
-    for status, runs in (("FEASIBLE", 1), ("OPTIMAL", 0)):
-        before = cut.with_(method="cp-intervals", details={"backend_status": status})
+    for proved, runs in ((False, 1), (True, 0)):
+        before = cut.with_(method="cp-intervals", details={"optimal_in_class": proved})
         assert len(auto._search_after_bound(graph, budget, SolveOptions(), None, [before],
                                             time.perf_counter() + 5)) == runs
 

@@ -352,8 +352,8 @@ def _search_after_bound(graph: RematGraph, budget: float, options: SolveOptions,
     or a restriction of it that holds that optimum). [its result]"""
     best, left = _cheapest(results), deadline - time.perf_counter()
     if left < LEFT_SECONDS or not _gap_open(best, known, results, options) or \
-            any(r.details.get("backend_status") == "OPTIMAL" for r in results
-                if r.method == "cp-intervals"):
+            any(r.method == "cp-intervals" and r.details.get("optimal_in_class")
+                for r in results):
         return []
     return [solver("cp-intervals")(graph, budget, replace(options, initial=best,
                                                             time_limit=left))]

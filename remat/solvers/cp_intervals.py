@@ -22,8 +22,9 @@ The objective is the cost of the extra copies. A node gets ``COPIES`` copies, or
 start schedule computes it, so the model is a restriction (every solution is a valid schedule
 within the budget, priced by the simulator at its true cost) and CP-SAT's bound is not a
 lower bound: the method reports the retention bound (``remat.solvers.bounds``), and "optimal"
-only where its schedule meets it. With as many copies as stages it holds every schedule worth
-running, and its optimum is milp's (tests/test_fast_solvers.py). It starts from
+only where its schedule meets it; ``details["optimal_in_class"]`` (as chain-dp's) says
+CP-SAT proved it the best within the copies. With as many copies as stages it holds every
+schedule worth running, and its optimum is milp's (tests/test_fast_solvers.py). It starts from
 ``options.initial`` or the best baseline (``milp.warm_start``), given to CP-SAT as a hint,
 and searches until its time limit (``DEFAULT_TIME_LIMIT`` where none is set).
 """
@@ -232,7 +233,8 @@ def _solution(graph, budget, built, cp, code, warm, bound, began, options) -> So
                                    reason=NO_SCHEDULE_YET)
     sol = Solution.from_schedule(graph, R, S, "cp-intervals", "feasible", budget,
                                  lower_bound=bound, solve_time=time.perf_counter() - began,
-                                 backend_status=cp.StatusName(code))
+                                 backend_status=cp.StatusName(code),
+                                 optimal_in_class=code == cp_model.OPTIMAL)
     if sol.peak_memory > budget:
         raise RematError(f"cp-intervals: internal error, schedule peaks at {sol.peak_memory} "
                          f"over budget {budget}; please report this graph")
