@@ -26,7 +26,8 @@ only where its schedule meets it; ``details["optimal_in_class"]`` (as chain-dp's
 CP-SAT proved it the best within the copies. With as many copies as stages it holds every
 schedule worth running, and its optimum is milp's (tests/test_fast_solvers.py). It starts from
 ``options.initial`` or the best baseline (``milp.warm_start``), given to CP-SAT as a hint,
-and searches until its time limit (``DEFAULT_TIME_LIMIT`` where none is set).
+and searches until its time limit (``DEFAULT_TIME_LIMIT`` where none is set): on graphs past
+``LNS_NODES`` nodes only by large-neighbourhood search around the incumbent.
 """
 from __future__ import annotations
 
@@ -59,6 +60,15 @@ DEFAULT_TIME_LIMIT = 30.0
 model optimal on graphs of hundreds of nodes)."""
 MIN_SECONDS = 0.1
 """The least time the least-peak search gets where no schedule is found."""
+LNS_NODES = 80
+"""From a start schedule on graphs of more nodes than this, CP-SAT runs only its
+large-neighbourhood search (``use_lns_only``: its workers re-solve parts of the model with the
+rest fixed to the incumbent). Its default with two workers gives one to a full search, which
+proves nothing at these sizes. In auto at 60 s (two runs of eight rows of 129-1001 nodes)
+it ended lower on 13 of 16 row and run pairs, equal on 1, higher on 2: fcn_resnet50 op 40%
+once (1.072016 of the total cost against the full search's 1.050449), fcn_resnet50 module 40%
+by 0.04% (bench/results/fast_notes.md, session 29). On smaller graphs the full search can prove the
+model optimal (random_dag(10), tests/test_fast_solvers.py)."""
 
 
 class IntervalModel:
@@ -197,23 +207,29 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
                                             (time.perf_counter() - began))
     cp.parameters.num_workers = options.threads or 2
     cp.parameters.random_seed = options.seed
-    code = cp.Solve(built.model, _reporter(graph, built, options.progress, known.value, began))
+    cp.parameters.use_lns_only = warm is not None and graph.size > LNS_NODES
+    code = cp.Solve(built.model, _watcher(graph, built, options, known.value, began))
     return _solution(graph, budget, built, cp, code, warm, known.value, began, options)
 
 
-def _reporter(graph: RematGraph, built: IntervalModel, progress, bound: float, began: float):
-    """CP-SAT's solution callback: each schedule's true cost to ``progress`` (None: none)."""
-    if progress is None:
-        return None
+def _watcher(graph: RematGraph, built: IntervalModel, options: SolveOptions, bound: float,
+             began: float):
+    """CP-SAT's solution callback: each schedule's true cost to ``options.progress`` (if set),
+    and the search stops at one that meets ``bound`` (within ``options.mip_rel_gap``):
+    neighbourhood search proves nothing, and would run to its limit."""
+    progress = options.progress
 
-    class Reporter(ortools_cp().CpSolverSolutionCallback):
+    class Watcher(ortools_cp().CpSolverSolutionCallback):
         def on_solution_callback(self):
             cost = compute_cost(graph, built.recomputations(self.Value))
-            gap = (cost - bound) / cost if cost > 0 else 0.0  # every node may cost 0
-            progress({"incumbent": cost, "bound": bound, "gap": gap,
-                      "time": time.perf_counter() - began})
+            if progress is not None:
+                gap = (cost - bound) / cost if cost > 0 else 0.0  # every node may cost 0
+                progress({"incumbent": cost, "bound": bound, "gap": gap,
+                          "time": time.perf_counter() - began})
+            if meets(cost, bound, options.mip_rel_gap):
+                self.StopSearch()
 
-    return Reporter()
+    return Watcher()
 
 
 def _solution(graph, budget, built, cp, code, warm, bound, began, options) -> Solution:
@@ -231,15 +247,16 @@ def _solution(graph, budget, built, cp, code, warm, bound, began, options) -> So
         return Solution.infeasible(graph, "cp-intervals", budget, None,
                                    solve_time=time.perf_counter() - began,
                                    reason=NO_SCHEDULE_YET)
+    cost = compute_cost(graph, R)
     sol = Solution.from_schedule(graph, R, S, "cp-intervals", "feasible", budget,
                                  lower_bound=bound, solve_time=time.perf_counter() - began,
                                  backend_status=cp.StatusName(code),
-                                 optimal_in_class=code == cp_model.OPTIMAL)
+                                 optimal_in_class=code == cp_model.OPTIMAL or meets(cost, bound))
     if sol.peak_memory > budget:
         raise RematError(f"cp-intervals: internal error, schedule peaks at {sol.peak_memory} "
                          f"over budget {budget}; please report this graph")
-    status = "optimal" if meets(sol.compute_cost, sol.lower_bound) else \
-        ("feasible" if code == cp_model.OPTIMAL else "timeout")
+    stopped = code == cp_model.OPTIMAL or meets(cost, bound, options.mip_rel_gap)
+    status = "optimal" if meets(cost, bound) else ("feasible" if stopped else "timeout")
     return sol.with_(status=status)
 
 
