@@ -291,8 +291,8 @@ def test_cp_intervals_limits_the_copies():
 
 def test_cp_intervals_starts_from_the_schedule_it_is_given():
     """From a schedule (``initial``: chen-greedy's, 1.264 of the total cost) it finds one that
-    fits at 1.0445, which meets the retention bound: the search stops there (in about 5 s),
-    long before its limit; with too little time, no worse than the start."""
+    fits at 1.0445, which meets the retention bound: the search stops there, long before its
+    60 s limit; with too little time, no worse than the start."""
     pytest.importorskip("ortools")
     graph = remat.graphs.random_dag(40, seed=2)
     budget = parse_budget("70%", graph)
@@ -308,6 +308,20 @@ def test_cp_intervals_starts_from_the_schedule_it_is_given():
                                    0.9 * start.compute_cost)
     assert sol.status == "optimal" and sol.details["optimal_in_class"]
     assert sol.solve_time < limit / 2  # stopped at the bound, not at the limit
+
+
+def test_cp_intervals_stops_within_the_callers_gap():
+    """With ``mip_rel_gap`` 0.25, chen-greedy's start (1.264 of the total cost) is already
+    within the gap of the retention bound (1.0445): the search stops at once, "feasible"."""
+    pytest.importorskip("ortools")
+    graph = remat.graphs.random_dag(40, seed=2)
+    budget = parse_budget("70%", graph)
+    start = solver("chen-greedy")(graph, budget, SolveOptions())
+    sol = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=60.0, initial=start,
+                                                             mip_rel_gap=0.25))
+    assert sol.feasible and sol.compute_cost <= start.compute_cost * (1 + 1e-12)
+    assert sol.status == "feasible" and not sol.details["optimal_in_class"]
+    assert sol.solve_time < 30.0  # stopped, not timed out
 
 
 def test_cp_intervals_searches_neighbourhoods_from_a_start_on_large_graphs(monkeypatch):

@@ -348,8 +348,8 @@ def _search_after_bound(graph: RematGraph, budget: float, options: SolveOptions,
     gap is still open (``_gap_open``): where the search stalled and the bound ended before
     the limit (resnet50 module 30%, 60 s: retention stalls 2.1% above the bound and the call
     ended after 23.6 s), or again from its own schedule where it ran before the bound, unless
-    CP-SAT proved that one optimal within its copies (a second run would solve the same model,
-    or a restriction of it that holds that optimum). [its result]"""
+    that one is optimal within its copies (``optimal_in_class``: a second run would solve the
+    same model, or a restriction of it that holds that optimum). [its result]"""
     best, left = _cheapest(results), deadline - time.perf_counter()
     if left < LEFT_SECONDS or not _gap_open(best, known, results, options) or \
             any(r.method == "cp-intervals" and r.details.get("optimal_in_class")
@@ -510,9 +510,9 @@ def _share(name: str, left: float, later: list[str]) -> float:
     method of ``HALF_BEFORE`` follows, or when retention goes before the baselines (on chains:
     at 10% of heterogeneous linear(1024)'s range its 30 s found 3.51 of the total cost,
     chen-greedy 1.27 in 2 s), else all of it; chain-dp, when any method follows, half and at
-    most ``CHAIN_DP_SECONDS``; cp-intervals, last, half: it searches to its limit, and the
-    rest goes to the bound (``_bound_left``); never less than ``MIN_STEP_SECONDS``, so that
-    the fast baselines always run."""
+    most ``CHAIN_DP_SECONDS``; cp-intervals, last, half: it searches to its limit unless it
+    meets the bound, and the rest goes to the bound (``_bound_left``); never less than
+    ``MIN_STEP_SECONDS``, so that the fast baselines always run."""
     share = left / 2 if any(m in HALF_BEFORE for m in later) or name == "cp-intervals" or (
         name == "retention" and later) else left
     if name == "chain-dp" and later:

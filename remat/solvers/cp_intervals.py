@@ -23,11 +23,13 @@ start schedule computes it, so the model is a restriction (every solution is a v
 within the budget, priced by the simulator at its true cost) and CP-SAT's bound is not a
 lower bound: the method reports the retention bound (``remat.solvers.bounds``), and "optimal"
 only where its schedule meets it; ``details["optimal_in_class"]`` (as chain-dp's) says
-CP-SAT proved it the best within the copies. With as many copies as stages it holds every
-schedule worth running, and its optimum is milp's (tests/test_fast_solvers.py). It starts from
-``options.initial`` or the best baseline (``milp.warm_start``), given to CP-SAT as a hint,
-and searches until its time limit (``DEFAULT_TIME_LIMIT`` where none is set): on graphs past
-``LNS_NODES`` nodes only by large-neighbourhood search around the incumbent.
+CP-SAT proved it the best within the copies, or it meets that bound. With as many copies as
+stages it holds every schedule worth running, and its optimum is milp's
+(tests/test_fast_solvers.py). It starts from ``options.initial`` or the best baseline
+(``milp.warm_start``), given to CP-SAT as a hint, and searches until its time limit
+(``DEFAULT_TIME_LIMIT`` where none is set) or a schedule that meets the bound (within
+``mip_rel_gap``): on graphs past ``LNS_NODES`` nodes only by large-neighbourhood search
+around the incumbent.
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ from remat.schedule.solution import Solution
 from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
 from remat.solvers.bounds import bound_time, meets, retention_bound
 from remat.solvers.cpsat import memory_unit, ortools_cp
-from remat.solvers.milp import warm_start
+from remat.solvers.milp import status_from_bound, warm_start
 from remat.solvers.min_budget import min_budget
 from remat.solvers.peak_floor import known_floor
 
@@ -247,17 +249,16 @@ def _solution(graph, budget, built, cp, code, warm, bound, began, options) -> So
         return Solution.infeasible(graph, "cp-intervals", budget, None,
                                    solve_time=time.perf_counter() - began,
                                    reason=NO_SCHEDULE_YET)
-    cost = compute_cost(graph, R)
-    sol = Solution.from_schedule(graph, R, S, "cp-intervals", "feasible", budget,
-                                 lower_bound=bound, solve_time=time.perf_counter() - began,
+    proved = code == cp_model.OPTIMAL
+    sol = Solution.from_schedule(graph, R, S, "cp-intervals", "feasible" if proved else "timeout",
+                                 budget, lower_bound=bound,
+                                 solve_time=time.perf_counter() - began,
                                  backend_status=cp.StatusName(code),
-                                 optimal_in_class=code == cp_model.OPTIMAL or meets(cost, bound))
+                                 optimal_in_class=proved or meets(compute_cost(graph, R), bound))
     if sol.peak_memory > budget:
         raise RematError(f"cp-intervals: internal error, schedule peaks at {sol.peak_memory} "
                          f"over budget {budget}; please report this graph")
-    stopped = code == cp_model.OPTIMAL or meets(cost, bound, options.mip_rel_gap)
-    status = "optimal" if meets(cost, bound) else ("feasible" if stopped else "timeout")
-    return sol.with_(status=status)
+    return status_from_bound(sol, options.mip_rel_gap)
 
 
 def _least_peak(graph: RematGraph, budget: float, began: float,

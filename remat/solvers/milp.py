@@ -50,7 +50,7 @@ def solve_with(graph: RematGraph, budget: float, options: SolveOptions,
         proof = warm.with_(method=method, lower_bound=max(known.value, warm.lower_bound),
                            solve_time=time.perf_counter() - began,
                            details={**warm.details, "proven_by": "retention bound"})
-        return _proven(proof, options.mip_rel_gap)
+        return status_from_bound(proof, options.mip_rel_gap)
     model = MilpModel(graph, budget, formulation)
     start = model.vector(warm.R, warm.S) if warm is not None else None
     remaining = _remaining(options.time_limit, began)
@@ -119,10 +119,10 @@ def _solution(graph, budget, model, result, warm, method, began, options,
     R, S = candidate
     sol = Solution.from_schedule(graph, R, S, method, status, budget, lower_bound=bound,
                                  solve_time=time.perf_counter() - began, **details)
-    return _proven(sol, options.mip_rel_gap)
+    return status_from_bound(sol, options.mip_rel_gap)
 
 
-def _proven(sol: Solution, mip_rel_gap: float) -> Solution:
+def status_from_bound(sol: Solution, mip_rel_gap: float) -> Solution:
     """The status the bound supports: "optimal" when it meets the cost, "feasible" within
     ``mip_rel_gap``; a claimed optimum the bound does not meet (perturbed costs) is "feasible"."""
     if meets(sol.compute_cost, sol.lower_bound):
