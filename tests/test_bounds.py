@@ -394,6 +394,44 @@ def test_models_stop_once_the_bound_meets_a_known_cost():
     assert known.status == "optimal" and known.value == pytest.approx(cost)
 
 
+def test_a_model_settles_once_its_optimum_cannot_reach_the_cost():
+    """``settle``: told a cost far above the optimum of the moment model of linear(16, unit)
+    at 10% of chain-dp's budget range (30, proven in ~9 s), HiGHS stops once its incumbent
+    is within 1% of the distance from its bound to that cost (measured: 0.1 s). The bound
+    stays a bound, and it could rise by at most that share."""
+    from remat.solvers import bounds, highs_backend
+
+    graph = remat.graphs.linear(16, unit=True)
+    least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget
+    budget = least + 0.1 * (checkpoint_all_peak(graph) - least)
+    arrays = bounds._moment_model(graph, bounds.stage_room(graph, budget))
+    result = highs_backend.run(arrays, time_limit=20, bound_at=1000.0, settle=0.01)
+    assert result.status == "settled" and result.bound <= 30.0 + 1e-6
+    assert result.objective - result.bound <= 0.01 * (1000.0 - result.bound) + 1e-6
+
+
+def test_a_settled_model_leaves_the_time_to_the_next_ones(monkeypatch):
+    """A model that settles (``SETTLE_SHARE``) is not the end of the bound, as running out of
+    time is: the next models are solved, and the bound is a dual bound ("timeout")."""
+    from remat.solvers import bounds, highs_backend
+
+    solved = []
+    real_run = highs_backend.run
+
+    def settled(arrays, **kwargs):
+        result = real_run(arrays, **kwargs)
+        if not kwargs.get("relax"):
+            solved.append(kwargs["settle"])
+            result.status = "settled"
+        return result
+
+    monkeypatch.setattr(highs_backend, "run", settled)
+    known = retention_bound(_two_level_rebuild(), 10, models=("first", "staged", "chained"),
+                            enough=1000.0)
+    assert solved == [bounds.SETTLE_SHARE] * 3
+    assert known.status == "timeout" and known.value == 28
+
+
 def test_no_proven_bound_stays_minus_infinity():
     """A model stopped before HiGHS proves any bound reports -inf (measured: the moment model
     of linear(128, unit) stopped at 0.01 s). With whole-number costs the rounding of the bound
