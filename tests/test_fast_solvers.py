@@ -382,9 +382,8 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
 
     large = remat.graphs.random_dag(60)
     assert large.size > auto.MILP_MAX_NODES
-    assert auto.candidate_methods(large)[-2:] == (["lp-rounding", "cp-intervals"]
-                                                  if large.size <= auto.LP_MAX_NODES else
-                                                  ["retention", "cp-intervals"])
+    assert auto.candidate_methods(large)[-2:] == ["retention", "cp-intervals"]
+    assert "lp-rounding" not in auto.candidate_methods(large)  # session 30: never chosen
     assert "cp-intervals" not in auto.candidate_methods(remat.graphs.random_dag(30))
     assert "cp-intervals" not in auto.candidate_methods(remat.graphs.linear(60))
     fractional = remat.RematGraph(large.names, large.cost, large.mem / 3, large.deps,
@@ -393,7 +392,7 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
     monkeypatch.setattr(auto, "CP_INSTALLED", False)
     assert "cp-intervals" not in auto.candidate_methods(large)
     # retention before it and cp-intervals itself get half; the rest goes to the bound
-    assert auto._share("lp-rounding", 20.0, ["cp-intervals"]) == 10.0
+    assert auto._share("retention", 20.0, ["cp-intervals"]) == 10.0
     assert auto._share("cp-intervals", 20.0, []) == 10.0
     # only from a schedule over 1% above the bound, where retention ran out of time
     graph = remat.graphs.random_dag(10, seed=1)

@@ -17,10 +17,9 @@ least-peak persistent schedule recorded first, ``peak_floor.reached``); then aut
 retention bound itself (``remat.solvers.bounds``: a small knapsack, usually well under a second;
 chain-dp proves its own) and runs ``retention`` (the schedule of the bound's knapsack, and
 its local search); then ``milp``, started from the best schedule so far, on graphs of up to
-``MILP_MAX_NODES`` nodes, or the LP relaxation with rounding (``lp-rounding``, whose LP
-optimum is a proven bound) up to ``LP_MAX_NODES``; then, past ``MILP_MAX_NODES`` on graphs
-that are not chains, ``cp-intervals`` (a CP-SAT search) from the cheapest schedule so far,
-where that is more than ``CP_GAP`` above the bound: with half the time left where
+``MILP_MAX_NODES`` nodes (not ``lp-rounding``, ``_methods``); then, past ``MILP_MAX_NODES``
+on graphs that are not chains, ``cp-intervals`` (a CP-SAT search) from the cheapest schedule
+so far, where that is more than ``CP_GAP`` above the bound: with half the time left where
 retention's search ran out of time (``_search_left``), and with the time the bound leaves
 (``_search_after_bound``).
 Where chain-dp searched its whole class and no milp follows, the rest of the time goes to
@@ -61,11 +60,6 @@ from remat.solvers.peak_floor import below_floor, known_floor, reached
 
 MILP_MAX_NODES = 80
 """milp proves optimality within seconds to a minute up to about this size (bench_milp.py)."""
-LP_MAX_NODES = 150
-"""Above this the LP relaxation did not finish in 30 s: ``solver("lp-rounding")`` on
-bench/graphs/resnet50-module.json (T = 266) at 60% returned lp_status "timeout" after 36 s,
-and in bench/results/bounds.csv auto never chose lp-rounding above T = 129; at T = 88 its
-rounding won."""
 DEFAULT_TIME_LIMIT = 30.0
 CHAIN_DP_FIRST = (512, 40_000) if COMPILED else (256, 10_000)
 """chain-dp runs before retention on chains of at most this many layers (or, of few kinds of
@@ -140,7 +134,7 @@ RETENTION_TRY = (20_000, 1.0)
 """(segments, seconds): on chains where chain-dp goes first with more DP segments than this
 (heterogeneous linear(256): 33153; linear(192): 18721, whose persistent recursion takes
 0.13-0.7 s), retention first, for at most this long (a tenth of the limit if less)."""
-HALF_BEFORE = ("chain-dp", "milp", "lp-rounding", "cp-intervals")
+HALF_BEFORE = ("chain-dp", "milp", "cp-intervals")
 """The methods after the baselines: whoever comes before one of them leaves it half the time."""
 CP_GAP = 0.01
 """``cp-intervals`` runs where the cheapest schedule before it is more than this above the
@@ -179,7 +173,14 @@ def candidate_methods(graph: RematGraph) -> list[str]:
 
 
 def _methods(graph: RematGraph, after: bool | None) -> list[str]:
-    """``candidate_methods`` with chain-dp's place (``_chain_dp_order``) known."""
+    """``candidate_methods`` with chain-dp's place (``_chain_dp_order``) known. Not
+    ``lp-rounding`` (the LP relaxation of Checkmate's MILP, rounded): it ran after retention
+    on graphs of 81-150 nodes (past 150 its LP did not finish in 30 s), and no auto row in
+    bench/results chose it. Without it, 60 s, on gpt2 op 30/40/60%, VGG-16 op 70% and U-Net op
+    50/60%: the same costs, bounds and proofs (gpt2 op 30%, two runs each: 1.217347 /
+    1.217278 of the total cost without, 1.217492 / 1.209146 with; gpt2 op 40%: bound
+    1.087072 against 1.087057), sooner where the call ends early (gpt2 op 60%: 16.1 against
+    24.8 s; U-Net op 50%: 49.6 against 57.0 s; bench/results/fast_notes.md, session 30)."""
     methods = applicable(graph, BASELINES)
     if after is not None:  # Revolve's schedules are in chain-dp's persistent class
         methods = [m for m in methods if m != "griewank"]
@@ -197,8 +198,6 @@ def _methods(graph: RematGraph, after: bool | None) -> list[str]:
         methods = [m for m in methods if m not in LONG_CHAIN_SKIPS]
     if graph.size <= MILP_MAX_NODES:
         methods.append("milp")
-    elif graph.size <= LP_MAX_NODES:
-        methods.append("lp-rounding")
     if graph.size > MILP_MAX_NODES and not graph.is_chain and CP_INSTALLED and \
             whole_bytes(graph):
         methods.append("cp-intervals")
@@ -453,11 +452,11 @@ def _lowest_left(graph: RematGraph, budget: float, options: SolveOptions,
     """No schedule found and nothing proven: the time left (``LOWEST_LEFT_SECONDS`` or more)
     goes to the least peak (``min_budget`` without its MILP: the best baseline lowered by the
     peak descent), as a schedule if it fits, else as the least budget auto reports. gpt2 at
-    op level, 20% (30 s): retention (15 s) and lp-rounding find nothing, and their least
-    budget is 3628040 B; the 5 s left reach 3254280 B. Not on chains past ``LONG_CHAIN``
-    (``_run_methods``), where the schedules near the least peak recompute O(n^2) nodes: on
-    heterogeneous linear(2048) at its least peak it took 55.6 s of the 7.5 s left and found
-    none."""
+    op level, 20% (30 s): retention (15 s) and lp-rounding (which auto ran then) find
+    nothing, and their least budget is 3628040 B; the 5 s left reach 3254280 B. Not on
+    chains past ``LONG_CHAIN`` (``_run_methods``), where the schedules near the least peak
+    recompute O(n^2) nodes: on heterogeneous linear(2048) at its least peak it took 55.6 s
+    of the 7.5 s left and found none."""
     left = deadline - time.perf_counter()
     if left < LOWEST_LEFT_SECONDS:
         return []
@@ -472,9 +471,9 @@ def _lowest_left(graph: RematGraph, budget: float, options: SolveOptions,
 def _none_found(graph: RematGraph, budget: float, min_budget: float | None,
                 results: list[Solution], elapsed: float) -> Solution:
     """No method found a schedule: proven infeasible only where an exact method proved it
-    (milp's or lp-rounding's model infeasible); otherwise ``reason`` says it proves nothing
-    (random_dag(20, seed=1) 15% of the way from its pebbling floor to checkpoint-all's peak:
-    retention and milp find nothing in 20 s, and no proof either)."""
+    (milp's model infeasible, or the budget below the least peak); otherwise ``reason`` says
+    it proves nothing (random_dag(20, seed=1) 15% of the way from its pebbling floor to
+    checkpoint-all's peak: retention and milp find nothing in 20 s, and no proof either)."""
     tried = [r.method for r in results]
     if any(r.proven_infeasible for r in results):
         return Solution.infeasible(graph, "auto", budget, min_budget, solve_time=elapsed,
@@ -484,20 +483,19 @@ def _none_found(graph: RematGraph, budget: float, min_budget: float | None,
 
 
 def _proof_left(result: Solution, later: list[str]) -> str | None:
-    """Whether the rest of the time goes to the bound after ``result``: "now" when it is
-    chain-dp's best over its whole class (its search finished), only a bound is missing and
-    no exact MILP follows (milp runs on chains of up to 39 layers). The methods after it
-    (retention, lp-rounding) have not found a cheaper schedule on any chain measured (the
-    class equals milp's optimum wherever milp proved one, ``chain_dp``'s docstring), so the
-    time is for the bound: on heterogeneous linear(64) at 30% the moment model proves
-    chain-dp's schedule in 11 s, and auto (30 s: chain-dp 10, then retention and lp-rounding)
-    ended unproven. "after baselines" when chain-dp, first, found a schedule but did not
-    finish its class (its share ran out: chains at their least peak): the classic baselines
-    (milliseconds) still run, retention does not (it was never chosen after chain-dp in the
-    chain benchmark files); linear(384, unit) at its least peak: retention's 18 s found
-    chain-dp's cost, and the bound unproven at 30.4 s; the bound, given the 18.7 s left after
-    the baselines, proves it optimal (28.1 s in all; bench/results/fast_notes.md, session 19).
-    None otherwise."""
+    """Whether the rest of the time goes to the bound after ``result``: "now" when it is chain-dp's
+    best over its whole class (its search finished), only a bound is missing and no exact MILP
+    follows (milp runs on chains of up to 39 layers). The methods after it (retention, and
+    lp-rounding, which auto then ran) have not found a cheaper schedule on any chain measured
+    (the class equals milp's optimum wherever milp proved one, ``chain_dp``'s docstring), so the
+    time is for the bound: on heterogeneous linear(64) at 30% the moment model proves chain-dp's
+    schedule in 11 s, and auto (30 s: chain-dp 10, then retention and lp-rounding) ended
+    unproven. "after baselines" when chain-dp, first, found a schedule but did not finish its
+    class (its share ran out: chains at their least peak): the classic baselines (milliseconds)
+    still run, retention does not (it was never chosen after chain-dp in the chain benchmark
+    files); linear(384, unit) at its least peak: retention's 18 s found chain-dp's cost, and the
+    bound unproven at 30.4 s; the bound, given the 18.7 s left after the baselines, proves it
+    optimal (28.1 s in all; bench/results/fast_notes.md, session 19). None otherwise."""
     if result.method != "chain-dp" or "milp" in later or not result.feasible:
         return None
     if result.status != "optimal" and result.details.get("optimal_in_class"):
