@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -408,6 +409,39 @@ def test_a_model_settles_once_its_optimum_cannot_reach_the_cost():
     result = highs_backend.run(arrays, time_limit=20, bound_at=1000.0, settle=0.01)
     assert result.status == "settled" and result.bound <= 30.0 + 1e-6
     assert result.objective - result.bound <= 0.01 * (1000.0 - result.bound) + 1e-6
+
+
+def test_a_model_settles_only_with_an_open_gap_and_finite_numbers():
+    """``_bound_reached``: "stopped" at the caller's cost; "settled" only with a proven bound,
+    an incumbent and a cost all finite, and a gap HiGHS has not closed (it then ends the
+    model "optimal" itself)."""
+    from types import SimpleNamespace
+
+    from remat.solvers.highs_backend import _bound_reached
+
+    def out(dual, primal):
+        return SimpleNamespace(mip_dual_bound=dual, mip_primal_bound=primal)
+
+    assert _bound_reached(out(10.0, 11.0), 10.0, 0.01) == "stopped"
+    assert _bound_reached(out(0.0, 0.5), 100.0, 0.01) == "settled"
+    assert _bound_reached(out(0.0, 2.0), 100.0, 0.01) is None  # 2 > 1% of 100
+    assert _bound_reached(out(0.0, 0.5), 100.0, None) is None
+    assert _bound_reached(out(-math.inf, 0.5), 100.0, 0.01) is None
+    assert _bound_reached(out(0.0, math.inf), 100.0, 0.01) is None
+    assert _bound_reached(out(0.0, 0.5), math.inf, 0.01) is None
+    assert _bound_reached(out(5.0, 5.0), 100.0, 0.01) is None
+
+
+def test_a_bound_that_settled_is_solved_again_for_a_lower_cost():
+    """A cached bound whose model settled against one cost is not reused for a lower cost
+    (the model would have gone on); a cached bound without a time limit compares as
+    unlimited."""
+    from remat.solvers.bounds import Bound, _reusable
+
+    settled = Bound(1.0, "timeout", 0.1, 10, 10.0, settled_for=2.0)
+    assert not _reusable(settled, 5.0, enough=1.5)
+    assert _reusable(settled, 5.0, enough=2.5) and _reusable(settled, 5.0, None)
+    assert _reusable(replace(settled, limit=None), 5.0, None)
 
 
 def test_a_settled_model_leaves_the_time_to_the_next_ones(monkeypatch):

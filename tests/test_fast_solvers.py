@@ -391,8 +391,8 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
     assert "cp-intervals" not in auto.candidate_methods(fractional)  # CP-SAT needs bytes
     monkeypatch.setattr(auto, "CP_INSTALLED", False)
     assert "cp-intervals" not in auto.candidate_methods(large)
-    # retention before it and cp-intervals itself get half; the rest goes to the bound
-    assert auto._share("retention", 20.0, ["cp-intervals"]) == 10.0
+    # a method before it and cp-intervals itself get half; the rest goes to the bound
+    assert auto._share("ap-sqrtn", 20.0, ["cp-intervals"]) == 10.0
     assert auto._share("cp-intervals", 20.0, []) == 10.0
     # only from a schedule over 1% above the bound, where retention ran out of time
     graph = remat.graphs.random_dag(10, seed=1)

@@ -177,10 +177,12 @@ def _methods(graph: RematGraph, after: bool | None) -> list[str]:
     ``lp-rounding`` (the LP relaxation of Checkmate's MILP, rounded): it ran after retention
     on graphs of 81-150 nodes (past 150 its LP did not finish in 30 s), and no auto row in
     bench/results chose it. Without it, 60 s, on gpt2 op 30/40/60%, VGG-16 op 70% and U-Net op
-    50/60%: the same costs, bounds and proofs (gpt2 op 30%, two runs each: 1.217347 /
-    1.217278 of the total cost without, 1.217492 / 1.209146 with; gpt2 op 40%: bound
-    1.087072 against 1.087057), sooner where the call ends early (gpt2 op 60%: 16.1 against
-    24.8 s; U-Net op 50%: 49.6 against 57.0 s; bench/results/fast_notes.md, session 30)."""
+    50/60%: the same bounds and proofs, and costs within the spread of runs (gpt2 op 30%, two
+    runs each: 1.217347 / 1.217278 of the total cost without, 1.217492 / 1.209146 with; gpt2
+    op 40%: bound 1.087072 against 1.087057); gpt2 op 60% ends after 16.1 s, against 21.0-24.8
+    s in three runs with it (bench/results/fast_notes.md, session 30). (milp's warm start may
+    still run it, where no baseline fits.) Where cp-intervals does not run, retention is now
+    last on these graphs and gets all the time left, as on larger ones."""
     methods = applicable(graph, BASELINES)
     if after is not None:  # Revolve's schedules are in chain-dp's persistent class
         methods = [m for m in methods if m != "griewank"]

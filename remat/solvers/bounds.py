@@ -81,6 +81,9 @@ class Bound:
     """``kept`` is the LP relaxation's optimum rounded down (``_relaxed``), or a 0/1 solution
     that keeps at least as much: near the knapsack's optimum where the LP is nearly integral, as
     on chains."""
+    settled_for: float | None = None
+    """The cost (``enough``) a model settled against (``SETTLE_SHARE``): for a lower cost it
+    may have gone on and risen further, so a call with one solves again."""
 
 
 PROVEN_RTOL = 1e-7
@@ -101,7 +104,7 @@ SETTLE_SHARE = 0.001
 share of the distance from its proven bound to that cost (``highs_backend.run``'s ``settle``):
 its optimum is then below the cost, so it cannot prove the schedule, and going on would raise
 the bound by at most 0.1% of the gap left. The next models get the time. fcn_resnet50 at op
-level, 50%, 60 s: retention stopped 0.54% above the bound and auto's bound, told its cost,
+level, 50%, 60 s: retention stopped within 1% of the bound and auto's bound, told its cost,
 got the 25.3 s left; one of its models was within 0.1% of that distance after 1.3 s, then
 searched on and took 30.7 s of its 23.5 (HiGHS checked neither its limit nor its interrupt
 for 18 s): the call took 65.4 s, now 36.3 s, for a bound lower by 1e-6 of the total cost;
@@ -224,7 +227,10 @@ def _reusable(hit: Bound, time_limit: float | None, enough: float | None) -> boo
         return True  # it proves the caller's schedule optimal
     if enough is not None and hit.recompute_skipped:
         return False  # the recompute model may close the caller's gap
-    return hit.status != "timeout" or (time_limit or math.inf) <= hit.limit
+    if enough is not None and hit.settled_for is not None and enough < hit.settled_for:
+        return False  # a model stopped short of where this cost would have let it go
+    limit = math.inf if hit.limit is None else hit.limit  # a settle without a time limit
+    return hit.status != "timeout" or (time_limit or math.inf) <= limit
 
 
 def forget_bounds(graph: RematGraph) -> None:
@@ -246,6 +252,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
     base = total + float(sum(graph.cost[v] for v, _, _ in columns))
     value, status, kept, skipped, solved_kept = total, "optimal", None, False, False
     rounded = False  # kept is the LP optimum rounded down, or keeps at least as much
+    settled = None  # the cost a model settled against
     size = moment_size(graph) if {"moment", "recompute"} & set(models) else 0
     solved: set[tuple[int, bool]] = set()  # what each gap model solved added to the first
 
@@ -271,6 +278,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             if forcing and model is not None:  # the price of the computations it forces
                 value = max(value, _safe(graph, total + forced + _least_price(model)))
                 if enough is not None and meets(enough, value):
+                    status = "optimal"
                     break  # they are the optimum
                 left = time_left()
                 size_left = len(model["cost"])
@@ -302,6 +310,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
                 if relaxed.status == "optimal" and kept is None:
                     kept, rounded = _rounded_down(relaxed.x, gap_columns), True
                 if enough is not None and meets(enough, value):
+                    status = "optimal"
                     break  # the optimum
                 left = time_left()
                 if left is not None and left <= 0:
@@ -324,13 +333,15 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
                     _kept_cost(graph, columns, found) >= _kept_cost(graph, columns, kept):
                 kept, solved_kept, rounded = found, optimal, rounded and not optimal
         if enough is not None and meets(enough, value):
+            status = "optimal"  # even after a model that settled
             break  # the bound is the optimum: nothing higher exists
         if result.status != "optimal":
             status = "timeout"
             if result.status != "settled":
                 break  # out of time; a settled model leaves the rest to the next ones
+            settled = enough
     return Bound(value, status, time.perf_counter() - start, len(columns), time_limit, kept,
-                 skipped, solved_kept, rounded)
+                 skipped, solved_kept, rounded, settled)
 
 
 def _rounded_down(x: np.ndarray, gap_columns: list[int]) -> frozenset[int]:
