@@ -213,6 +213,26 @@ def test_warm_start_takes_half_the_limit_in_all(monkeypatch):
     assert given[-1] == milp.MIN_WARM_SECONDS
 
 
+def test_warm_start_builds_the_lp_only_where_it_has_the_time(monkeypatch):
+    """The LP rounding's model takes ``LP_BUILD_SECONDS`` per squared node to build, whatever
+    its limit: the warm start leaves it out where that is more than its time left."""
+    from remat.solvers import milp
+
+    given = []
+
+    def rounding(graph, budget, options):
+        given.append(options.time_limit)
+        return remat.Solution.infeasible(graph, "lp-rounding", budget, None)
+
+    monkeypatch.setattr(milp, "best_baseline", lambda graph, budget, time_limit=None: None)
+    monkeypatch.setattr(milp, "solver", lambda name: rounding)
+    graph = remat.graphs.random_dag(100)  # T = 201: 1.8 s to build
+    assert milp.warm_start(graph, 5.0, SolveOptions(time_limit=2.0)) is None and not given
+    milp.warm_start(graph, 5.0, SolveOptions(time_limit=10.0))
+    milp.warm_start(graph, 5.0, SolveOptions())
+    assert len(given) == 2
+
+
 def test_gap_option_and_no_warm_start():
     graph = remat.graphs.unet(3)
     budget = level_budget("unet3", graph, 0.3)
