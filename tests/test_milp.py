@@ -213,24 +213,32 @@ def test_warm_start_takes_half_the_limit_in_all(monkeypatch):
     assert given[-1] == milp.MIN_WARM_SECONDS
 
 
-def test_warm_start_builds_the_lp_only_where_it_has_the_time(monkeypatch):
-    """The LP rounding's model takes ``LP_BUILD_SECONDS`` per squared node to build, whatever
-    its limit: the warm start leaves it out where that is more than its time left."""
-    from remat.solvers import milp
+def test_the_lp_is_built_only_where_it_has_the_time(monkeypatch):
+    """The LP's model takes ``LP_BUILD_SECONDS`` per squared node to build, whatever the
+    limit: lp-rounding, and so milp's warm start, leave it out where that is more than its
+    time ("timeout", no schedule)."""
+    from remat.solvers import lp_rounding, milp
 
-    given = []
+    built = []
 
-    def rounding(graph, budget, options):
-        given.append(options.time_limit)
-        return remat.Solution.infeasible(graph, "lp-rounding", budget, None)
+    class Built(Exception):
+        pass
+
+    def model(graph, budget, formulation):
+        built.append(graph.size)
+        raise Built
 
     monkeypatch.setattr(milp, "best_baseline", lambda graph, budget, time_limit=None: None)
-    monkeypatch.setattr(milp, "solver", lambda name: rounding)
+    monkeypatch.setattr(lp_rounding, "MilpModel", model)
     graph = remat.graphs.random_dag(100)  # T = 201: 1.8 s to build
-    assert milp.warm_start(graph, 5.0, SolveOptions(time_limit=2.0)) is None and not given
-    milp.warm_start(graph, 5.0, SolveOptions(time_limit=10.0))
-    milp.warm_start(graph, 5.0, SolveOptions())
-    assert len(given) == 2
+    assert milp.warm_start(graph, 5.0, SolveOptions(time_limit=2.0)) is None and not built
+    quick = lp_rounding.solve(graph, 5.0, SolveOptions(time_limit=0.1))
+    assert quick.status == "infeasible" and quick.details["lp_status"] == "timeout"
+    assert not quick.proven_infeasible and not built
+    for options in (SolveOptions(time_limit=10.0), SolveOptions()):
+        with pytest.raises(Built):
+            milp.warm_start(graph, 5.0, options)
+    assert built == [201, 201]
 
 
 def test_gap_option_and_no_warm_start():

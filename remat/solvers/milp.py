@@ -29,13 +29,6 @@ __all__ = ["BASELINES", "applicable", "solve", "solve_with", "warm_start"]
 MIN_WARM_SECONDS = 0.1
 """The least time a step of the warm start (a baseline, the LP rounding) gets once its half of
 the time limit is spent."""
-LP_BUILD_SECONDS = 4.5e-5
-"""Seconds per squared node that building the LP of Checkmate's MILP takes, before any time
-limit applies: 0.48 s at T = 129 (gpt2 op), 2.1 s at 266 (resnet50 module), 6.3 s at 467
-(fcn_resnet50 op), 45 s at 1001 (random_dag(500)). The warm start runs the LP rounding only
-where that fits in its time left: cp-intervals given 1 s on resnet50 module 20%, where no
-baseline fits, took 4.9 s, 4.4 of them in an LP rounding that found nothing
-(bench/results/fast_notes.md, session 30)."""
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
@@ -144,8 +137,8 @@ def warm_start(graph: RematGraph, budget: float, options: SolveOptions) -> Solut
     the LP-rounding schedule (if it fits). All of it takes at most half the time limit: the
     MILP needs the rest (without it, ``retention``'s own 10 s bound and search made a 1 s milp
     call on linear(16, unit) take 15-18 s; the LP rounding gets what the baselines leave of
-    that half, at least ``MIN_WARM_SECONDS``, and runs only where its model can be built in
-    that time, ``LP_BUILD_SECONDS``)."""
+    that half, at least ``MIN_WARM_SECONDS``; it builds its LP only where that fits in its
+    limit, ``lp_rounding.LP_BUILD_SECONDS``)."""
     initial = options.initial
     if initial is not None and initial.feasible and initial.peak_memory <= budget:
         return initial
@@ -155,9 +148,8 @@ def warm_start(graph: RematGraph, budget: float, options: SolveOptions) -> Solut
     if warm is None:
         left = None if half is None else \
             max(MIN_WARM_SECONDS, half - (time.perf_counter() - began))
-        if left is None or LP_BUILD_SECONDS * graph.size ** 2 <= left:
-            rounded = solver("lp-rounding")(graph, budget, replace(options, time_limit=left))
-            warm = rounded if rounded.feasible else None
+        rounded = solver("lp-rounding")(graph, budget, replace(options, time_limit=left))
+        warm = rounded if rounded.feasible else None
     return warm
 
 
