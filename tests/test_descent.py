@@ -96,6 +96,30 @@ def test_min_budget_reaches_the_floor_through_the_descent():
     assert simulate(graph, found.R, found.S).peak_memory == floor
 
 
+def test_min_budget_gives_its_baselines_a_share_of_its_limit(monkeypatch):
+    """``smallest_baseline`` calls retention twice (its least-peak scan, then a schedule at
+    it): under a limit each call gets at most ``BASELINE_SHARE`` of it (with 2 s each
+    whatever the limit, auto with 2 s took 4.1 s below MobileNetV2's floor), without one
+    ``BASELINE_SECONDS``."""
+    from remat.solvers import min_budget as module
+
+    limits = []
+
+    def recording(name):
+        def run(graph, budget, options):
+            limits.append(options.time_limit)
+            return solver(name)(graph, budget, options)
+        return run
+
+    monkeypatch.setattr(module, "solver", recording)
+    graph = remat.graphs.random_dag(20, seed=0)
+    module.min_budget(graph, SolveOptions(time_limit=1.0), exact=False)
+    assert limits and max(limits) == module.BASELINE_SHARE * 1.0
+    limits.clear()
+    module.min_budget(graph, SolveOptions(time_limit=None), exact=False)
+    assert limits and set(limits) == {module.BASELINE_SECONDS}
+
+
 def test_retention_descends_from_a_looser_budget_where_no_choice_of_gaps_fits():
     """GPT-2 at module level, 30% (3.75 MB): no choice of gaps fits; the descent from the
     lowest-peak schedule tried stops at 3.83 MB (retention said "infeasible"), from

@@ -331,19 +331,46 @@ def test_cp_intervals_searches_neighbourhoods_from_a_start_on_large_graphs(monke
     from remat.solvers import cp_intervals
 
     asked = []
-    solve = cp_model.CpSolver.Solve
+    solve = cp_model.CpSolver.solve
 
     def spied(self, model, *args, **kwargs):
         asked.append(self.parameters.use_lns_only)
         return solve(self, model, *args, **kwargs)
 
-    monkeypatch.setattr(cp_model.CpSolver, "Solve", spied)
+    monkeypatch.setattr(cp_model.CpSolver, "solve", spied)
     large, small = remat.graphs.random_dag(40, seed=2), remat.graphs.random_dag(10, seed=0)
     assert small.size <= cp_intervals.LNS_NODES < large.size
     for graph, start in ((large, True), (large, False), (small, True)):
         solver("cp-intervals")(graph, parse_budget("70%", graph),
-                               SolveOptions(time_limit=0.5, warm_start=start))
+                               SolveOptions(time_limit=2.0, warm_start=start))
     assert asked == [True, False, False]
+
+
+def test_cp_intervals_builds_no_model_it_has_no_time_for(monkeypatch):
+    """Building the model ignores the time limit (``BUILD_SECONDS`` per read literal): where
+    the time left does not cover it, no model is built and the start is the result; with the
+    time, the model is built and searched."""
+    pytest.importorskip("ortools")
+    from remat.solvers import cp_intervals
+
+    built = []
+
+    class Counted(cp_intervals.IntervalModel):
+        def __init__(self, *args):
+            built.append(args)
+            super().__init__(*args)
+
+    monkeypatch.setattr(cp_intervals, "IntervalModel", Counted)
+    graph = remat.graphs.random_dag(40, seed=2)
+    budget = parse_budget("70%", graph)
+    start = solver("chen-greedy")(graph, budget, SolveOptions())
+    copies = [max(cp_intervals.COPIES, int(n)) for n in start.R.sum(axis=0)]
+    assert cp_intervals.BUILD_SECONDS * cp_intervals.read_literals(graph, copies) > 1e-3
+    short = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=1e-3, initial=start))
+    assert not built and short.details["backend_status"] == "not started"
+    assert short.status == "timeout" and np.array_equal(short.R, start.R)
+    searched = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=60, initial=start))
+    assert len(built) == 1 and searched.compute_cost < short.compute_cost
 
 
 def test_cp_intervals_below_the_least_peak_says_how_low_it_went():

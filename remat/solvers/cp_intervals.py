@@ -62,6 +62,13 @@ DEFAULT_TIME_LIMIT = 30.0
 model optimal on graphs of hundreds of nodes)."""
 MIN_SECONDS = 0.1
 """The least time the least-peak search gets where no schedule is found."""
+BUILD_SECONDS = 2e-5
+"""Seconds per read literal (``read_literals``) that building the model and starting CP-SAT
+take; where the time left is less, no model is built and the start schedule is the result
+(status "timeout"). Building ignores the limit: 14-26 us per literal on ten rows of 110-1001
+nodes, 1.24 s for the 81104 of random_dag(500) at 10% from retention's schedule, and
+CP-SAT's start 0.29 s more with 0.01 s to search; auto (1 s) gave cp-intervals 0.1 s there
+and took 4.4 s (bench/results/fast_notes.md, session 31)."""
 LNS_NODES = 80
 """From a start schedule on graphs of more nodes than this, CP-SAT runs only its
 large-neighbourhood search (``use_lns_only``: its workers re-solve parts of the model with the
@@ -88,7 +95,7 @@ class IntervalModel:
         self._memory(unit, math.floor((float(budget) - graph.static_mem) / unit + 1e-9))
         self._reads()
         total = float(graph.total_cost) or 1.0
-        self.model.Minimize(sum(int(round(graph.cost[v] / total * WEIGHT_SCALE)) * present
+        self.model.minimize(sum(int(round(graph.cost[v] / total * WEIGHT_SCALE)) * present
                                 for v, copies_v in enumerate(self.copies)
                                 for present, _, _ in copies_v[1:]))
 
@@ -97,14 +104,14 @@ class IntervalModel:
         size, model = self.graph.size, self.model
         found = []
         for k in range(count):
-            present = model.NewConstant(1) if k == 0 else model.NewBoolVar(f"p{v}.{k}")
-            stage = model.NewConstant(v) if k == 0 else model.NewIntVar(v + 1, size - 1, "")
-            end = model.NewIntVar((v + min(k, 1)) * size + v, self.last_read[v], "")
+            present = model.new_constant(1) if k == 0 else model.new_bool_var(f"p{v}.{k}")
+            stage = model.new_constant(v) if k == 0 else model.new_int_var(v + 1, size - 1, "")
+            end = model.new_int_var((v + min(k, 1)) * size + v, self.last_read[v], "")
             if k > 0:  # after the previous copy ends
                 before, _, before_end = found[-1]
-                model.AddImplication(present, before)
-                model.Add(end >= stage * size + v).OnlyEnforceIf(present)
-                model.Add(stage * size + v > before_end).OnlyEnforceIf(present)
+                model.add_implication(present, before)
+                model.add(end >= stage * size + v).only_enforce_if(present)
+                model.add(stage * size + v > before_end).only_enforce_if(present)
             found.append((present, stage, end))
         return found
 
@@ -118,16 +125,17 @@ class IntervalModel:
             for k, (present, stage, end) in enumerate(copies_v):
                 start = stage * size + v
                 if mem > 0:
-                    length = model.NewIntVar(1, self.last_read[v] - v * size - v + 1, "")
-                    model.Add(length == end + 1 - start)
-                    intervals.append(model.NewOptionalIntervalVar(start, length, end + 1,
+                    length = model.new_int_var(1, self.last_read[v] - v * size - v + 1, "")
+                    model.add(length == end + 1 - start)
+                    intervals.append(model.new_optional_interval_var(start, length, end + 1,
                                                                   present, f"i{v}.{k}"))
                     demands.append(mem)
                 if work > 0:
-                    intervals.append(model.NewOptionalFixedSizeIntervalVar(start, 1, present,
-                                                                           f"w{v}.{k}"))
+                    interval = model.new_optional_fixed_size_interval_var(start, 1, present,
+                                                                          f"w{v}.{k}")
+                    intervals.append(interval)
                     demands.append(work)
-        model.AddCumulative(intervals, demands, max(room, 0))
+        model.add_cumulative(intervals, demands, max(room, 0))
 
     def _reads(self) -> None:
         """Every computation of w reads each input u from some copy of u alive at (stage, w)."""
@@ -137,12 +145,12 @@ class IntervalModel:
                 for u in self.graph.deps[w]:
                     which = []
                     for u_present, u_stage, u_end in self.copies[u]:
-                        read = model.NewBoolVar("")
-                        model.AddImplication(read, u_present)
-                        model.Add(u_stage <= stage).OnlyEnforceIf(read)
-                        model.Add(u_end >= stage * size + w).OnlyEnforceIf(read)
+                        read = model.new_bool_var("")
+                        model.add_implication(read, u_present)
+                        model.add(u_stage <= stage).only_enforce_if(read)
+                        model.add(u_end >= stage * size + w).only_enforce_if(read)
                         which.append(read)
-                    model.AddBoolOr(which).OnlyEnforceIf(present)
+                    model.add_bool_or(which).only_enforce_if(present)
 
     def hint(self, starts: list[list[tuple[int, int]]]) -> None:
         """Start CP-SAT from a schedule's copies (``copies_of``)."""
@@ -150,11 +158,11 @@ class IntervalModel:
             for k, (present, stage, end) in enumerate(copies_v):
                 if k < len(starts[v]):
                     if k > 0:
-                        self.model.AddHint(present, 1)
-                        self.model.AddHint(stage, starts[v][k][0])
-                    self.model.AddHint(end, starts[v][k][1])
+                        self.model.add_hint(present, 1)
+                        self.model.add_hint(stage, starts[v][k][0])
+                    self.model.add_hint(end, starts[v][k][1])
                 elif k > 0:
-                    self.model.AddHint(present, 0)
+                    self.model.add_hint(present, 0)
 
     def recomputations(self, value) -> np.ndarray:
         """R of a solution (``value``: the solver's or a callback's ``Value``)."""
@@ -175,6 +183,12 @@ def _last_reads(graph: RematGraph) -> list[int]:
         for u in graph.deps[w]:
             last[u] = max(last[u], (size - 1) * size + w)
     return last
+
+
+def read_literals(graph: RematGraph, copies: list[int]) -> int:
+    """The literals ``IntervalModel._reads`` makes with ``copies`` per node: one per
+    computation of w, input u of w and copy of u; they take most of the model's build."""
+    return sum(copies[w] * sum(copies[u] for u in graph.deps[w]) for w in range(graph.size))
 
 
 def copies_of(graph: RematGraph, R: np.ndarray) -> list[list[tuple[int, int]]]:
@@ -201,6 +215,9 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     warm = warm_start(graph, budget, options) if options.warm_start or options.initial else None
     starts = copies_of(graph, warm.R) if warm is not None else [[] for _ in range(graph.size)]
     copies = [max(COPIES, len(s)) for s in starts]
+    if BUILD_SECONDS * read_literals(graph, copies) > \
+            options.time_limit - (time.perf_counter() - began):
+        return _unsearched(graph, budget, warm, known.value, began, options)
     built = IntervalModel(graph, budget, copies)
     if warm is not None:
         built.hint(starts)
@@ -210,7 +227,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     cp.parameters.num_workers = options.threads or 2
     cp.parameters.random_seed = options.seed
     cp.parameters.use_lns_only = warm is not None and graph.size > LNS_NODES
-    code = cp.Solve(built.model, _watcher(graph, built, options, known.value, began))
+    code = cp.solve(built.model, _watcher(graph, built, options, known.value, began))
     return _solution(graph, budget, built, cp, code, warm, known.value, began, options)
 
 
@@ -223,13 +240,13 @@ def _watcher(graph: RematGraph, built: IntervalModel, options: SolveOptions, bou
 
     class Watcher(ortools_cp().CpSolverSolutionCallback):
         def on_solution_callback(self):
-            cost = compute_cost(graph, built.recomputations(self.Value))
+            cost = compute_cost(graph, built.recomputations(self.value))
             if progress is not None:
                 gap = (cost - bound) / cost if cost > 0 else 0.0  # every node may cost 0
                 progress({"incumbent": cost, "bound": bound, "gap": gap,
                           "time": time.perf_counter() - began})
             if meets(cost, bound, options.mip_rel_gap):
-                self.StopSearch()
+                self.stop_search()
 
     return Watcher()
 
@@ -237,7 +254,7 @@ def _watcher(graph: RematGraph, built: IntervalModel, options: SolveOptions, bou
 def _solution(graph, budget, built, cp, code, warm, bound, began, options) -> Solution:
     cp_model = ortools_cp()
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        R = built.recomputations(cp.Value)
+        R = built.recomputations(cp.value)
         S = s_from_r(graph, R)
         if warm is not None and warm.compute_cost <= compute_cost(graph, R):
             R, S = warm.R, warm.S  # CP-SAT's first solutions may cost more than its hint
@@ -253,11 +270,26 @@ def _solution(graph, budget, built, cp, code, warm, bound, began, options) -> So
     sol = Solution.from_schedule(graph, R, S, "cp-intervals", "feasible" if proved else "timeout",
                                  budget, lower_bound=bound,
                                  solve_time=time.perf_counter() - began,
-                                 backend_status=cp.StatusName(code),
+                                 backend_status=cp.status_name(code),
                                  optimal_in_class=proved or meets(compute_cost(graph, R), bound))
     if sol.peak_memory > budget:
         raise RematError(f"cp-intervals: internal error, schedule peaks at {sol.peak_memory} "
                          f"over budget {budget}; please report this graph")
+    return status_from_bound(sol, options.mip_rel_gap)
+
+
+def _unsearched(graph: RematGraph, budget: float, warm: Solution | None, bound: float,
+                began: float, options: SolveOptions) -> Solution:
+    """The result where the time left does not cover the model's build (``BUILD_SECONDS``):
+    the start schedule as it is, else no schedule."""
+    elapsed = time.perf_counter() - began
+    if warm is None:
+        return Solution.infeasible(graph, "cp-intervals", budget, None, solve_time=elapsed,
+                                   reason=NO_SCHEDULE_YET)
+    sol = Solution.from_schedule(graph, warm.R, warm.S, "cp-intervals", "timeout", budget,
+                                 lower_bound=bound, solve_time=elapsed,
+                                 backend_status="not started",
+                                 optimal_in_class=meets(warm.compute_cost, bound))
     return status_from_bound(sol, options.mip_rel_gap)
 
 

@@ -82,8 +82,8 @@ class CpSatModel:
     def _variable(self, col: int, arrays: dict, u_cols: set, room: int):
         lower, upper = arrays["col_lower"][col], arrays["col_upper"][col]
         if col in u_cols:
-            return self.model.NewIntVar(0, max(room, 0), f"u{col}")
-        return self.model.NewIntVar(int(round(lower)), int(round(upper)), f"x{col}")
+            return self.model.new_int_var(0, max(room, 0), f"u{col}")
+        return self.model.new_int_var(int(round(lower)), int(round(upper)), f"x{col}")
 
     def _rows(self, arrays: dict, u_cols: set) -> None:
         """Each row as a linear constraint with integer coefficients; rows that hold a U
@@ -94,13 +94,14 @@ class CpSatModel:
             start, end = matrix.indptr[r], matrix.indptr[r + 1]
             cols, vals = matrix.indices[start:end], matrix.data[start:end]
             factor = scale if any(int(c) in u_cols for c in cols) else 1.0
-            coeffs = [self._integer(v * (1.0 if int(c) in u_cols else factor)) for c, v in zip(cols, vals)]
+            coeffs = [self._integer(v * (1.0 if int(c) in u_cols else factor))
+                      for c, v in zip(cols, vals)]
             expr = sum(k * self.vars[int(c)] for c, k in zip(cols, coeffs))
             lo, hi = arrays["row_lower"][r], arrays["row_upper"][r]
             if np.isfinite(lo):
-                self.model.Add(expr >= math.ceil(lo * factor - 1e-9))
+                self.model.add(expr >= math.ceil(lo * factor - 1e-9))
             if np.isfinite(hi):
-                self.model.Add(expr <= math.floor(hi * factor + 1e-9))
+                self.model.add(expr <= math.floor(hi * factor + 1e-9))
 
     @staticmethod
     def _integer(value: float) -> int:
@@ -113,14 +114,15 @@ class CpSatModel:
         cost = arrays["cost"] * self.milp.cost_unit
         terms = [(int(math.floor(c * COST_SCALE + 1e-9)), self.vars[col])
                  for col, c in enumerate(cost) if c > 0]
-        self.model.Minimize(sum(k * v for k, v in terms))
+        self.model.minimize(sum(k * v for k, v in terms))
 
     def hint(self, R: np.ndarray, S: np.ndarray) -> None:
         """Start the search from a known schedule."""
         x = self.milp.vector(R, S)
         for col, var in enumerate(self.vars):
-            value = x[col] * (self.milp.mem_unit / self.unit) if var.Name().startswith("u") else x[col]
-            self.model.AddHint(var, int(round(value)))
+            room = var.name.startswith("u")
+            value = x[col] * (self.milp.mem_unit / self.unit) if room else x[col]
+            self.model.add_hint(var, int(round(value)))
 
 
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
@@ -132,11 +134,12 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         built.hint(warm.R, warm.S)
     cp = cp_model.CpSolver()
     if options.time_limit is not None:
-        cp.parameters.max_time_in_seconds = max(0.01, options.time_limit - (time.perf_counter() - start))
+        left = options.time_limit - (time.perf_counter() - start)
+        cp.parameters.max_time_in_seconds = max(0.01, left)
     cp.parameters.num_workers = options.threads or 2
     cp.parameters.random_seed = options.seed
     cp.parameters.relative_gap_limit = options.mip_rel_gap
-    code = cp.Solve(built.model)
+    code = cp.solve(built.model)
     return _solution(graph, budget, built, cp, cp_model, code, warm, start, options)
 
 
@@ -148,8 +151,8 @@ def _solution(graph, budget, built, cp, cp_model, code, warm, start, options) ->
                                    solve_time=time.perf_counter() - start, proven=True)
     bound = graph.total_cost
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        bound = max(bound, cp.BestObjectiveBound() / COST_SCALE)
-        x = np.array([cp.Value(v) for v in built.vars], dtype=float)
+        bound = max(bound, cp.best_objective_bound / COST_SCALE)
+        x = np.array([cp.value(v) for v in built.vars], dtype=float)
         _, S = built.milp.schedule(x)
         R = cheapest_r(graph, S)
     elif warm is not None:
@@ -158,7 +161,7 @@ def _solution(graph, budget, built, cp, cp_model, code, warm, start, options) ->
         return Solution.infeasible(graph, "cpsat", budget, None, solve_time=elapsed,
                                    reason=NO_SCHEDULE_YET)
     sol = Solution.from_schedule(graph, R, S, "cpsat", "feasible", budget, lower_bound=bound,
-                                 solve_time=elapsed, backend_status=cp.StatusName(code))
+                                 solve_time=elapsed, backend_status=cp.status_name(code))
     if sol.peak_memory > budget:
         raise RematError(f"cpsat: internal error, schedule peaks at {sol.peak_memory} over "
                          f"budget {budget}; please report this graph")

@@ -39,8 +39,13 @@ class MinBudget:
 
 
 BASELINE_SECONDS = 2.0
-"""The time limit of each baseline call in ``smallest_baseline`` (only ``retention`` uses
-time: its scan for the least peak, then a schedule at it)."""
+"""The most time each baseline call in ``smallest_baseline`` gets (only ``retention`` uses
+time: its scan for the least peak, then a schedule at it); under a time limit, at most
+``BASELINE_SHARE`` of it."""
+BASELINE_SHARE = 0.25
+"""Of ``min_budget``'s time limit, the most each of retention's two calls in
+``smallest_baseline`` may take. With 2 s each whatever the limit, auto (limit 2 s) took 4.1 s
+on MobileNetV2 at module level, 20% (below the floor: its least budget is ``min_budget``'s)."""
 
 
 DESCENT_SHARE = 0.5
@@ -51,13 +56,15 @@ in 17 s (bound 15.73), gpt2 3.835 -> 3.506 in 1.3 s, resnet50 7.82 -> 6.44 in 11
 at op level 5.334 -> 5.128 in 0.1 s, its ``peak_lower_bound``: proven."""
 
 
-def smallest_baseline(graph: RematGraph) -> tuple[float, np.ndarray, np.ndarray]:
-    """The least peak any baseline reaches, with its schedule (checkpoint-all at worst)."""
+def smallest_baseline(graph: RematGraph, seconds: float = BASELINE_SECONDS
+                      ) -> tuple[float, np.ndarray, np.ndarray]:
+    """The least peak any baseline reaches, with its schedule (checkpoint-all at worst); each
+    baseline call within ``seconds``."""
     from remat.solvers.base import BASELINES, applicable
 
     R, S = checkpoint_all(graph)
     best = (simulate(graph, R, S).peak_memory, R, S)
-    options = SolveOptions(time_limit=BASELINE_SECONDS)
+    options = SolveOptions(time_limit=seconds)
     for name in applicable(graph, BASELINES):
         low = solver(name)(graph, 1e-300, options).min_budget
         if low is None or low >= best[0]:
@@ -85,7 +92,7 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
     options = options or SolveOptions()
     began = time.perf_counter()
     floor = peak_lower_bound(graph)
-    peak, R, S = smallest_baseline(graph)
+    peak, R, S = smallest_baseline(graph, _baseline_time(options.time_limit))
     if peak > floor:  # the pebbling bound: proof, and where the descent may stop
         floor = peak_floor(graph, floor_seconds(options.time_limit)).value
     if peak > floor:
@@ -115,6 +122,11 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
     bound = max(floor, _bound_bytes(model, result.bound, peak))
     status = "optimal" if result.status == "optimal" or bound >= peak else "timeout"
     return MinBudget(peak, min(bound, peak), status, R, S, time.perf_counter() - began)
+
+
+def _baseline_time(limit: float | None) -> float:
+    """Seconds for each baseline call of ``smallest_baseline`` under ``limit``."""
+    return BASELINE_SECONDS if limit is None else min(BASELINE_SECONDS, BASELINE_SHARE * limit)
 
 
 def _floor_time(limit: float | None, began: float, exact: bool) -> float:
