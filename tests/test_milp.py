@@ -214,9 +214,9 @@ def test_warm_start_takes_half_the_limit_in_all(monkeypatch):
 
 
 def test_the_lp_is_built_only_where_it_has_the_time(monkeypatch):
-    """The LP's model takes ``LP_BUILD_SECONDS`` per squared node to build, whatever the
-    limit: lp-rounding, and so milp's warm start, leave it out where that is more than its
-    time ("timeout", no schedule)."""
+    """The LP's model takes ``milp_model.BUILD_SECONDS`` per squared node to build, whatever
+    the limit: lp-rounding, and so milp's warm start, leave it out where that is more than
+    its time ("timeout", no schedule)."""
     from remat.solvers import lp_rounding, milp
 
     built = []
@@ -239,6 +239,39 @@ def test_the_lp_is_built_only_where_it_has_the_time(monkeypatch):
         with pytest.raises(Built):
             milp.warm_start(graph, 5.0, options)
     assert built == [201, 201]
+
+
+def test_milp_builds_no_model_it_has_no_time_for(monkeypatch):
+    """Neither does milp: given 1 s on T = 201 (1.8 s to build), it returns its warm start
+    as it is ("timeout", backend_status "not started"); min_budget's exact MILP, the
+    descent's schedule. With a build that took no time both would build their model."""
+    from remat.solvers import milp, milp_model, min_budget
+
+    built = []
+
+    class Built(Exception):
+        pass
+
+    def model(graph, budget, formulation, min_peak=False):
+        built.append(min_peak)
+        raise Built
+
+    monkeypatch.setattr(milp, "MilpModel", model)
+    monkeypatch.setattr(min_budget, "MilpModel", model)
+    graph = remat.graphs.random_dag(100)
+    budget = remat.parse_budget("50%", graph)
+    quick = milp.solve(graph, budget, SolveOptions(time_limit=1.0))
+    assert not built and quick.details["backend_status"] == "not started"
+    assert quick.status == "timeout" and quick.details["from_warm_start"]
+    check_fits(graph, quick, budget)
+    least = min_budget.min_budget(graph, SolveOptions(time_limit=1.0))
+    assert not built and least.status == "timeout" and least.lower_bound < least.peak_memory
+    monkeypatch.setattr(milp_model, "BUILD_SECONDS", 0.0)
+    for run in (lambda: milp.solve(graph, budget, SolveOptions(time_limit=1.0)),
+                lambda: min_budget.min_budget(graph, SolveOptions(time_limit=1.0))):
+        with pytest.raises(Built):
+            run()
+    assert built == [False, True]
 
 
 def test_gap_option_and_no_warm_start():

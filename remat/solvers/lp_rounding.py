@@ -20,25 +20,16 @@ from remat.schedule.solution import Solution
 from remat.solvers import highs_backend
 from remat.solvers.base import SolveOptions
 from remat.solvers.bounds import bound_time, retention_bound
-from remat.solvers.milp_model import TIGHT, MilpModel
-
-
-LP_BUILD_SECONDS = 4.5e-5
-"""Seconds per squared node that building the LP of Checkmate's MILP takes, before HiGHS sees
-any time limit: 0.48 s at T = 129 (gpt2 op), 2.1 s at 266 (resnet50 module), 6.3 s at 467
-(fcn_resnet50 op), 45 s at 1001 (random_dag(500)). Where that is more than the time limit,
-the LP is not built ("timeout"): lp-rounding given 0.1 s took 4.2 / 13.1 / 53.9 s on the last
-three, and cp-intervals given 1 s on resnet50 module 20%, where no baseline fits, 4.9 s, 4.4
-of them in the LP rounding of its warm start, which found nothing
-(bench/results/fast_notes.md, session 30)."""
+from remat.solvers.milp_model import TIGHT, MilpModel, build_fits
 
 
 def relaxation(graph: RematGraph, budget: float, options: SolveOptions):
     """(fractional S as a [T, T] array, LP bound in cost units); S is None if the LP is
     infeasible (then no schedule fits: the bound is -inf only if HiGHS failed), or not built
-    in the time limit (``LP_BUILD_SECONDS``): (None, "timeout")."""
-    if options.time_limit is not None and \
-            LP_BUILD_SECONDS * graph.size ** 2 > options.time_limit:
+    in the time limit (``milp_model.BUILD_SECONDS``; cp-intervals given 1 s on resnet50 module
+    20%, where no baseline fits, took 4.9 s, 4.4 of them in this LP, which found nothing):
+    (None, "timeout")."""
+    if not build_fits(graph, options.time_limit):
         return None, "timeout"
     model = MilpModel(graph, budget, TIGHT)
     result = highs_backend.run(model.arrays(), options.time_limit, threads=options.threads,

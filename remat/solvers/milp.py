@@ -20,7 +20,7 @@ from remat.schedule.solution import Solution
 from remat.solvers import highs_backend
 from remat.solvers.base import BASELINES, NO_SCHEDULE_YET, SolveOptions, applicable, solver
 from remat.solvers.bounds import PROVEN_RTOL, Bound, bound_time, meets, retention_bound
-from remat.solvers.milp_model import TIGHT, Formulation, MilpModel
+from remat.solvers.milp_model import TIGHT, Formulation, MilpModel, build_fits
 from remat.solvers.min_budget import min_budget
 from remat.solvers.peak_floor import below_floor
 
@@ -51,9 +51,11 @@ def solve_with(graph: RematGraph, budget: float, options: SolveOptions,
                            solve_time=time.perf_counter() - began,
                            details={**warm.details, "proven_by": "retention bound"})
         return status_from_bound(proof, options.mip_rel_gap)
+    remaining = _remaining(options.time_limit, began)
+    if not build_fits(graph, remaining):
+        return _unbuilt(graph, budget, warm, method, began, options, known.value)
     model = MilpModel(graph, budget, formulation)
     start = model.vector(warm.R, warm.S) if warm is not None else None
-    remaining = _remaining(options.time_limit, began)
     target = known.value * (1 + options.mip_rel_gap) * (1 + PROVEN_RTOL)  # what meets() accepts
     stop_at = target / model.cost_unit if model.formulation.tie_break == 0 else None
     result = highs_backend.run(model.arrays(), remaining, options.mip_rel_gap, options.threads,
@@ -94,6 +96,21 @@ def best_baseline(graph: RematGraph, budget: float, names=BASELINES,
         if result.feasible and (best is None or result.compute_cost < best.compute_cost):
             best = result
     return best
+
+
+def _unbuilt(graph: RematGraph, budget: float, warm: Solution | None, method: str,
+             began: float, options: SolveOptions, retention: float) -> Solution:
+    """The time left does not cover the model's build (``milp_model.build_fits``): the warm
+    start as it is ("timeout"), else no schedule."""
+    elapsed = time.perf_counter() - began
+    if warm is None:
+        return Solution.infeasible(graph, method, budget, None, solve_time=elapsed,
+                                   reason=NO_SCHEDULE_YET, backend_status="not started")
+    sol = Solution.from_schedule(graph, warm.R, warm.S, method, "timeout", budget,
+                                 lower_bound=max(retention, warm.lower_bound),
+                                 solve_time=elapsed, backend_status="not started",
+                                 from_warm_start=True)
+    return status_from_bound(sol, options.mip_rel_gap)
 
 
 def _solution(graph, budget, model, result, warm, method, began, options,
@@ -138,7 +155,7 @@ def warm_start(graph: RematGraph, budget: float, options: SolveOptions) -> Solut
     MILP needs the rest (without it, ``retention``'s own 10 s bound and search made a 1 s milp
     call on linear(16, unit) take 15-18 s; the LP rounding gets what the baselines leave of
     that half, at least ``MIN_WARM_SECONDS``; it builds its LP only where that fits in its
-    limit, ``lp_rounding.LP_BUILD_SECONDS``)."""
+    limit, ``milp_model.BUILD_SECONDS``)."""
     initial = options.initial
     if initial is not None and initial.feasible and initial.peak_memory <= budget:
         return initial

@@ -90,6 +90,21 @@ proves optimality in 30-60 s). It is kept because it has fewer integer columns (
 continuous) and the same optimum. Clearly worse, so off: ``tie_break`` and continuous R."""
 
 
+BUILD_SECONDS = 4.5e-5
+"""Seconds per squared node that building Checkmate's model (``MilpModel``, or its LP
+relaxation) takes, before HiGHS sees any time limit: 0.48 s at T = 129 (gpt2 op), 2.1 s at
+266 (resnet50 module), 6.3 s at 467 (fcn_resnet50 op), 45 s at 1001 (random_dag(500)).
+Where that is more than the time left, ``lp-rounding`` builds no LP and ``milp`` no model
+(``build_fits``): lp-rounding given 0.1 s took 4.2 / 13.1 / 53.9 s on the last three, milp
+given 2 s 3.3 / 4.3 / 16.3 s on gpt2 op, resnet50 module and random_dag(250) at 50%
+(bench/results/fast_notes.md, sessions 30 and 31)."""
+
+
+def build_fits(graph: RematGraph, seconds: float | None) -> bool:
+    """Whether ``MilpModel`` of ``graph`` can be built within ``seconds`` (None: no limit)."""
+    return seconds is None or BUILD_SECONDS * graph.size ** 2 <= seconds
+
+
 class MilpModel:
     """The MILP for ``graph`` within ``budget`` bytes, as arrays ready for HiGHS.
 

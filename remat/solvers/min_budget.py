@@ -21,7 +21,7 @@ from remat.solvers import highs_backend
 from remat.solvers.base import SolveOptions, solver
 from remat.solvers.bounds import bound_time, peak_lower_bound
 from remat.solvers.descent import descend
-from remat.solvers.milp_model import TIGHT, MilpModel
+from remat.solvers.milp_model import TIGHT, MilpModel, build_fits
 from remat.solvers.peak_floor import floor_seconds, peak_floor
 
 
@@ -108,9 +108,11 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
         return MinBudget(peak, peak, "optimal", R, S, time.perf_counter() - began)
     if not exact:
         return MinBudget(peak, floor, "feasible", R, S, time.perf_counter() - began)
-    model = MilpModel(graph, None, TIGHT, min_peak=True)
     left = None if options.time_limit is None else \
         max(0.1, options.time_limit - (time.perf_counter() - began))
+    if not build_fits(graph, left):  # no time to build the MILP: the descent's schedule
+        return MinBudget(peak, floor, "timeout", R, S, time.perf_counter() - began)
+    model = MilpModel(graph, None, TIGHT, min_peak=True)
     result = highs_backend.run(model.arrays(), left, 0.0, options.threads,
                                options.seed, start=model.vector(R, S), verbose=options.verbose)
     if result.x is not None:
