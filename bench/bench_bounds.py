@@ -49,7 +49,7 @@ from pathlib import Path
 
 import remat
 from remat.graph.order import ORDERS, lower_order, reordered
-from remat.solvers import SolveOptions, solver
+from remat.solvers import SolveOptions, interrupt, solver
 from remat.solvers.base import CLASSIC
 from remat.solvers.bounds import forget_bounds, retention_bound
 from remat.solvers.chain_dp import forget_states
@@ -218,13 +218,17 @@ def main(argv=None) -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
         write(rows, args)
-    for name, graph in selected:
-        for percent in args.budgets.split(","):
-            for row in rows_for(name, graph, percent, args.time_limit, args.plain_max_nodes,
-                                tuple(args.methods.split(","))):
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-            write(rows, args)
+    began = time.monotonic()
+    for name, graph, percent in ((n, g, p) for n, g in selected
+                                 for p in args.budgets.split(",")):
+        for row in rows_for(name, graph, percent, args.time_limit, args.plain_max_nodes,
+                            tuple(args.methods.split(","))):
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        write(rows, args)
+        if interrupt.caught_since(began):  # Ctrl-C cut a solve short: the rows so far
+            print("interrupted: the sweep stops here", file=sys.stderr, flush=True)
+            break
     plot(rows, args.output + ".png")
 
 

@@ -348,8 +348,8 @@ def test_cp_intervals_searches_neighbourhoods_from_a_start_on_large_graphs(monke
 
 def test_cp_intervals_builds_no_model_it_has_no_time_for(monkeypatch):
     """Building the model ignores the time limit (``BUILD_SECONDS`` per read literal): where
-    the time left does not cover it, no model is built and the start is the result; with the
-    time, the model is built and searched."""
+    the time left does not cover it, no model is built and the start is the result; where
+    it does, the model is built and searched; without a limit, always built."""
     pytest.importorskip("ortools")
     from remat.solvers import cp_intervals
 
@@ -364,13 +364,19 @@ def test_cp_intervals_builds_no_model_it_has_no_time_for(monkeypatch):
     graph = remat.graphs.random_dag(40, seed=2)
     budget = parse_budget("70%", graph)
     start = solver("chen-greedy")(graph, budget, SolveOptions())
-    copies = [max(cp_intervals.COPIES, int(n)) for n in start.R.sum(axis=0)]
-    assert cp_intervals.BUILD_SECONDS * cp_intervals.read_literals(graph, copies) > 1e-3
-    short = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=1e-3, initial=start))
+    literals = cp_intervals.read_literals(graph, [2] * graph.size)
+    monkeypatch.setattr(cp_intervals, "BUILD_SECONDS", 10.0 / literals)  # 10 s to build
+    short = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=5, initial=start))
     assert not built and short.details["backend_status"] == "not started"
     assert short.status == "timeout" and np.array_equal(short.R, start.R)
-    searched = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=60, initial=start))
+    assert short.solve_time < 5
+    monkeypatch.setattr(cp_intervals, "BUILD_SECONDS", 0.0)
+    searched = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=5, initial=start))
     assert len(built) == 1 and searched.compute_cost < short.compute_cost
+    monkeypatch.setattr(cp_intervals, "BUILD_SECONDS", 100.0 / literals)  # past its default
+    solver("cp-intervals")(graph, budget, SolveOptions(time_limit=None, initial=start,
+                                                       mip_rel_gap=1.0))
+    assert len(built) == 2
 
 
 def test_cp_intervals_below_the_least_peak_says_how_low_it_went():
@@ -444,6 +450,24 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
         before = cut.with_(method="cp-intervals", details={"optimal_in_class": proved})
         assert len(auto._search_after_bound(graph, budget, SolveOptions(), None, [before],
                                             time.perf_counter() + 5)) == runs
+
+
+def test_auto_reports_its_progress_on_its_own_clock():
+    """auto's progress: after each method, each bound it proves and each event of the method
+    running, the cheapest schedule and best bound so far, the method, and the seconds since
+    auto started; it ends at what auto returns."""
+    pytest.importorskip("ortools")
+    graph = remat.graphs.random_dag(100)
+    seen = []
+    sol = solver("auto")(graph, parse_budget("20%", graph),
+                         SolveOptions(time_limit=8, progress=seen.append))
+    assert sol.feasible and seen
+    assert all({"incumbent", "bound", "gap", "time", "method"} <= set(e) for e in seen)
+    times, costs, bounds = ([e[key] for e in seen] for key in ("time", "incumbent", "bound"))
+    assert times == sorted(times) and times[-1] <= sol.solve_time + 1e-6
+    assert costs == sorted(costs, reverse=True) and bounds == sorted(bounds)
+    assert costs[-1] == pytest.approx(sol.compute_cost) and bounds[-1] == sol.lower_bound
+    assert {"bound", "retention", *sol.details["tried"]} <= {e["method"] for e in seen}
 
 
 def test_chain_dp_applies_only_to_chains():

@@ -18,7 +18,7 @@ from remat.capture import capture
 from remat.errors import InfeasibleBudgetError
 from remat.runtime import CompiledStep
 from remat.runtime.memory import measure_peak
-from remat.solvers import solve
+from remat.solvers import interrupt, solve
 from remat.solvers.api import format_bytes
 from remat.zoo import load
 
@@ -91,11 +91,13 @@ def demo(name: str = "unet", budgets=("100%", "90%", "80%"),
     reference = eager_reference(model, inputs, loss_fn)
     print(f"  eager step peak {format_bytes(reference[3])}", file=log)
     state = {n: _array(t) for n, t in list(model.named_parameters()) + list(model.named_buffers())}
-    rows = []
-    for budget in budgets:
-        for method in methods:
-            print(f"  solving {method} at {budget} ...", file=log, flush=True)
-            rows.append(_row(cap, method, budget, time_limit, state, inputs, reference))
+    rows, began = [], time.monotonic()
+    for budget, method in ((b, m) for b in budgets for m in methods):
+        print(f"  solving {method} at {budget} ...", file=log, flush=True)
+        rows.append(_row(cap, method, budget, time_limit, state, inputs, reference))
+        if interrupt.caught_since(began):  # Ctrl-C cut the solve short: the rows so far
+            print("  interrupted: the demo stops here", file=log, flush=True)
+            break
     print(render(rows), file=out)
     return rows
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from remat.graph.core import RematGraph
 from remat.schedule.budget import checkpoint_all_peak, parse_budget
-from remat.solvers import SolveOptions, solver
+from remat.solvers import SolveOptions, interrupt, solver
 from remat.solvers.base import method_applies
 
 
@@ -35,7 +35,7 @@ def default_fractions(count: int = 10) -> list[float]:
 
 def run_sweep(graph: RematGraph, methods: list[str], fractions: list[float],
               time_limit: float | None = None, log=sys.stderr) -> list[SweepRow]:
-    rows = []
+    rows, began = [], time.monotonic()
     options = SolveOptions(time_limit=time_limit)
     total = graph.total_cost
     budgets = [parse_budget(f"{fraction * 100}%", graph) for fraction in fractions]
@@ -45,6 +45,10 @@ def run_sweep(graph: RematGraph, methods: list[str], fractions: list[float],
             continue
         for fraction, budget in zip(fractions, budgets):
             start = time.perf_counter()
+            if interrupt.caught_since(began):  # Ctrl-C cut a solve short: the rows so far
+                if log is not None:
+                    print("  interrupted: the sweep stops here", file=log, flush=True)
+                return rows
             sol = fn(graph, budget, options)
             rows.append(SweepRow(method, fraction, budget, sol.status,
                                  sol.overhead if sol.feasible else float("nan"),

@@ -26,18 +26,21 @@ def add_solve(sub) -> None:
 def run_solve(args) -> int:
     from remat.graph.core import RematGraph
     from remat.schedule.budget import parse_budget
-    from remat.solvers import SolveOptions, solver
+    from remat.solvers import SolveOptions, interrupt, solver
     from remat.solvers.base import expand_methods
 
     graph = RematGraph.from_json(args.graph)
     budget = parse_budget(args.budget, graph)
     methods = expand_methods(args.method, graph)
     options = SolveOptions(time_limit=args.time_limit, progress=_progress_printer(graph))
-    results = []
+    results, began = [], time.monotonic()
     for method in methods:
         if len(methods) > 1:
             print(f"solving with {method} ...", file=sys.stderr, flush=True)
         results.append(solver(method)(graph, budget, options))
+        if interrupt.caught_since(began):  # Ctrl-C cut it short: stop, with what was found
+            print("interrupted: the best schedule found so far", file=sys.stderr, flush=True)
+            break
     if args.output and len(results) == 1:
         results[0].to_json(args.output)
     if args.json:
@@ -52,7 +55,8 @@ def run_solve(args) -> int:
 
 
 def _progress_printer(graph):
-    """Print incumbent, bound and gap of a long solve to stderr, at most twice a second."""
+    """Print incumbent, bound and gap of a long solve to stderr (and ``auto``'s method
+    running), at most twice a second."""
     last = [0.0]
     total = graph.total_cost or 1.0
 
@@ -66,8 +70,9 @@ def _progress_printer(graph):
         proven = f"{bound / total:.3f}x" if math.isfinite(bound) else "-"
         gap = event.get("gap", math.nan)
         shown_gap = f"{gap:.1%}" if math.isfinite(gap) else "-"
-        print(f"  {event.get('time', 0):7.1f}s  best {best}  bound {proven}  gap {shown_gap}",
-              file=sys.stderr, flush=True)
+        method = f"  ({event['method']})" if event.get("method") else ""
+        print(f"  {event.get('time', 0):7.1f}s  best {best}  bound {proven}  gap {shown_gap}"
+              f"{method}", file=sys.stderr, flush=True)
 
     return show
 

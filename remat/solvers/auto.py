@@ -48,6 +48,7 @@ from dataclasses import replace
 
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
+from remat.solvers import interrupt
 from remat.solvers.base import (BASELINES, CLASSIC, SolveOptions, applicable, method_applies,
                                 past, solver)
 from remat.solvers.bounds import (Bound, bound_time, gaps_of_one_size, meets,
@@ -240,6 +241,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     start = time.perf_counter()
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
+    if options.progress is not None:  # the methods report through auto's own progress
+        options = replace(options, progress=Progress(options.progress, start))
     deadline = start + options.time_limit
     after, retention_first = _chain_dp_order(graph)
     tried = _retention_try(graph, budget, options) if retention_first else []
@@ -261,7 +264,7 @@ def _retention_try(graph: RematGraph, budget: float, options: SolveOptions) -> l
     at 30% of its budget range: 1.45 s of a 1.74 s call under cProfile) never runs. [its
     result]."""
     seconds = min(RETENTION_TRY[1], options.time_limit / 10)
-    return [solver("retention")(graph, budget, replace(options, time_limit=seconds))]
+    return [_run("retention", graph, budget, replace(options, time_limit=seconds))]
 
 
 def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start: float,
@@ -277,13 +280,14 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
             continue
         # exact methods start from the best schedule so far instead of rerunning the baselines
         best = _cheapest(results)
-        if long and past(deadline):
-            break  # on such chains no method takes milliseconds (checkpoint-all: 1.1 s)
+        if interrupt.requested() or (long and past(deadline)):
+            break  # Ctrl-C; on such chains no method takes milliseconds (checkpoint-all: 1.1 s)
         if known is None and name not in BEFORE_BOUND:
             proved = _long_bound(graph, budget, deadline, options.time_limit,
                                  options.threads) if long else \
                 retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
             known = proved.value
+            _bounded(options, known)
         if long and name == "retention" and (best is None or not (proved.kept_solved or
                                                                   proved.kept_rounded)):
             continue
@@ -293,8 +297,8 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
         if name == "cp-intervals" and not _search_left(best, known, results, options):
             continue
         limit = _share(name, deadline - time.perf_counter(), methods[k + 1:])
-        results.append(solver(name)(graph, budget, replace(options, initial=best,
-                                                           time_limit=limit)))
+        results.append(_run(name, graph, budget, replace(options, initial=best,
+                                                        time_limit=limit)))
         if not long:  # there chain-dp's strided schedules leave retention its turn
             proof = proof or _proof_left(results[-1], methods[k + 1:])
         if proof == "now":
@@ -302,6 +306,7 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
     if proof is not None or (known is not None and not long):
         known = _bound_left(graph, budget, known, results, deadline, options.threads,
                             always=proof is not None)
+        _bounded(options, known)
     if "cp-intervals" in methods:
         results += _search_after_bound(graph, budget, options, known, results, deadline)
     feasible = [r for r in results if r.feasible]
@@ -352,12 +357,13 @@ def _search_after_bound(graph: RematGraph, budget: float, options: SolveOptions,
     that one is optimal within its copies (``optimal_in_class``: a second run would solve the
     same model, or a restriction of it that holds that optimum). [its result]"""
     best, left = _cheapest(results), deadline - time.perf_counter()
-    if left < LEFT_SECONDS or not _gap_open(best, known, results, options) or \
+    if left < LEFT_SECONDS or interrupt.requested() or \
+            not _gap_open(best, known, results, options) or \
             any(r.method == "cp-intervals" and r.details.get("optimal_in_class")
                 for r in results):
         return []
-    return [solver("cp-intervals")(graph, budget, replace(options, initial=best,
-                                                            time_limit=left))]
+    return [_run("cp-intervals", graph, budget, replace(options, initial=best,
+                                                         time_limit=left))]
 
 
 def _bound_left(graph: RematGraph, budget: float, known: float | None,
@@ -373,6 +379,8 @@ def _bound_left(graph: RematGraph, budget: float, known: float | None,
     in 30.7 s)."""
     best = _cheapest(results)
     left = deadline - time.perf_counter()
+    if interrupt.requested():
+        return known
     if not always and (best is None or left < LEFT_SECONDS or
                        best.compute_cost <= _bound(known, results) * (1 + LEFT_GAP)):
         return known
@@ -460,7 +468,7 @@ def _lowest_left(graph: RematGraph, budget: float, options: SolveOptions,
     recompute O(n^2) nodes: on heterogeneous linear(2048) at its least peak it took 55.6 s
     of the 7.5 s left and found none."""
     left = deadline - time.perf_counter()
-    if left < LOWEST_LEFT_SECONDS:
+    if left < LOWEST_LEFT_SECONDS or interrupt.requested():
         return []
     lowest = min_budget(graph, replace(options, time_limit=left), exact=False)
     if lowest.peak_memory <= budget:
@@ -529,3 +537,48 @@ def _bound(known: float | None, results: list[Solution]) -> float:
 def _cheapest(results: list[Solution]) -> Solution | None:
     return min((r for r in results if r.feasible), default=None,
                key=lambda r: (r.compute_cost, r.peak_memory))
+
+
+class Progress:
+    """auto's progress, to the caller's ``options.progress``: the cheapest schedule and the
+    best bound found so far, the seconds since auto started and where the news comes from
+    (``"method"``: "bound", or a method), on each event of the method running (cp-intervals'
+    and milp's incumbents), when it ends (``_run``) and when auto proves a bound
+    (``_bounded``). Without it the events
+    were each method's own, with its own clock (two cp-intervals runs printed 1.8 s, then
+    1.5 s, late in a 20 s call) and nothing while the others ran."""
+
+    def __init__(self, report, start: float):
+        self.report, self.start = report, start
+        self.best, self.bound, self.method = math.inf, -math.inf, None
+
+    def __call__(self, event: dict) -> None:
+        self.best = min(self.best, event.get("incumbent", math.inf))
+        self.bound = max(self.bound, event.get("bound", -math.inf))
+        self.send()
+
+    def send(self) -> None:
+        finite = math.isfinite(self.best) and math.isfinite(self.bound) and self.best > 0
+        gap = max(0.0, (self.best - self.bound) / self.best) if finite else math.inf
+        self.report({"incumbent": self.best, "bound": self.bound, "gap": gap,
+                     "time": time.perf_counter() - self.start, "method": self.method})
+
+
+def _run(name: str, graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
+    """Method ``name``, and its result in auto's progress (``Progress``), if reported."""
+    progress = options.progress if isinstance(options.progress, Progress) else None
+    if progress is not None:
+        progress.method = name
+    result = solver(name)(graph, budget, options)
+    if progress is not None:
+        progress.best = min(progress.best, result.compute_cost if result.feasible else math.inf)
+        progress.bound = max(progress.bound, result.lower_bound)
+        progress.send()
+    return result
+
+
+def _bounded(options: SolveOptions, known: float | None) -> None:
+    """A bound auto proved, to its progress (``Progress``), if reported."""
+    if isinstance(options.progress, Progress) and known is not None:
+        options.progress.method = "bound"
+        options.progress({"bound": known})

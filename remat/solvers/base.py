@@ -8,6 +8,7 @@ from typing import Callable
 
 from remat.graph.core import RematGraph
 from remat.schedule.solution import Solution
+from remat.solvers.interrupt import catching, requested
 
 
 def deadline_of(time_limit: float | None) -> float | None:
@@ -16,8 +17,9 @@ def deadline_of(time_limit: float | None) -> float | None:
 
 
 def past(deadline: float | None) -> bool:
-    """Whether ``deadline`` (from ``deadline_of``; None: no limit) has passed."""
-    return deadline is not None and time.perf_counter() > deadline
+    """Whether ``deadline`` (from ``deadline_of``; None: no limit) has passed, or Ctrl-C asked
+    ``auto`` to stop (``interrupt.requested``)."""
+    return requested() or (deadline is not None and time.perf_counter() > deadline)
 
 
 NO_SCHEDULE_YET = "stopped before any schedule was found"
@@ -45,7 +47,8 @@ class SolveOptions:
     rounding_samples: int = 32
     """Randomized rounding: number of samples drawn."""
     progress: Callable[[dict], None] | None = None
-    """Called with {"incumbent", "bound", "gap", "time"} as a long solve improves."""
+    """Called with {"incumbent", "bound", "gap", "time"} as a long solve improves (``auto``
+    adds "method", the method the news comes from; its time is from its own start)."""
     verbose: bool = False
     """Let the backend print its own log."""
 
@@ -119,4 +122,23 @@ def solver(name: str) -> SolverFn:
     """The solve function of ``name``; an unknown name raises ValueError listing valid ones."""
     if name not in _REGISTRY:
         raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(method_names())}")
-    return importlib.import_module(_REGISTRY[name]).solve
+    return _stoppable(importlib.import_module(_REGISTRY[name]).solve)
+
+
+def _stoppable(solve: SolverFn) -> SolverFn:
+    """``solve`` within ``interrupt.catching``: Ctrl-C stops it early (every loop checking
+    ``past`` ends, every HiGHS or CP-SAT run is cancelled) and it returns the best schedule
+    found, marked by ``_stopped``."""
+    def run(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
+        with catching():
+            return _stopped(solve(graph, budget, options))
+    return run
+
+
+def _stopped(result: Solution) -> Solution:
+    """``result``, marked where Ctrl-C stopped its solve early (``interrupt.requested``):
+    status "timeout" unless proven optimal or infeasible, and ``details["interrupted"]``."""
+    if not requested():
+        return result
+    status = result.status if result.status in ("optimal", "infeasible") else "timeout"
+    return result.with_(status=status, details={**result.details, "interrupted": True})

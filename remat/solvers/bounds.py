@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from remat.graph.core import RematGraph
-from remat.solvers import highs_backend
+from remat.solvers import highs_backend, interrupt
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,8 @@ def retention_bound(graph: RematGraph, budget: float, time_limit: float | None =
     found = _retention(graph, float(budget), time_limit, threads, models, enough)
     if hit is not None and hit.value > found.value:
         found = replace(found, value=hit.value)
-    known[float(budget)] = found
+    if not interrupt.requested():  # cut short by Ctrl-C: not what its limit would give
+        known[float(budget)] = found
     return found
 
 
@@ -261,7 +262,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
 
     for name in models:
         left = time_left()
-        if left is not None and left <= 0:
+        if (left is not None and left <= 0) or interrupt.requested():
             status = "timeout"  # a later call with more time solves the rest
             break
         if name == "moment":

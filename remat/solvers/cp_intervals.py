@@ -47,7 +47,8 @@ from remat.schedule.solution import Solution
 from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
 from remat.solvers.bounds import bound_time, meets, retention_bound
 from remat.solvers.cpsat import memory_unit, ortools_cp
-from remat.solvers.milp import status_from_bound, warm_start
+from remat.solvers.interrupt import run_cancellable
+from remat.solvers.milp import status_from_bound, unbuilt, warm_start
 from remat.solvers.min_budget import min_budget
 from remat.solvers.peak_floor import known_floor
 
@@ -67,8 +68,9 @@ BUILD_SECONDS = 2e-5
 take; where the time left is less, no model is built and the start schedule is the result
 (status "timeout"). Building ignores the limit: 14-26 us per literal on ten rows of 110-1001
 nodes, 1.24 s for the 81104 of random_dag(500) at 10% from retention's schedule, and
-CP-SAT's start 0.29 s more with 0.01 s to search; auto (1 s) gave cp-intervals 0.1 s there
-and took 4.4 s (bench/results/fast_notes.md, session 31)."""
+CP-SAT's start 0.29 s more with 0.01 s to search: given 0.1 s there by auto (1 s),
+cp-intervals took 2.3 s, and auto 4.4 s (bench/results/fast_notes.md, session 31). Without a
+time limit the model is always built."""
 LNS_NODES = 80
 """From a start schedule on graphs of more nodes than this, CP-SAT runs only its
 large-neighbourhood search (``use_lns_only``: its workers re-solve parts of the model with the
@@ -86,12 +88,10 @@ class IntervalModel:
     def __init__(self, graph: RematGraph, budget: float, copies: list[int]):
         cp_model = ortools_cp()
         self.graph, self.model = graph, cp_model.CpModel()
-        size = graph.size
         unit = memory_unit(graph)
         self.last_read = _last_reads(graph)
-        self.copies = [self._copies(v, min(copies[v], size - v)
-                                    if self.last_read[v] > v * size + v else 1)  # it is read
-                       for v in range(size)]
+        self.copies = [self._copies(v, count)
+                       for v, count in enumerate(copy_counts(graph, copies, self.last_read))]
         self._memory(unit, math.floor((float(budget) - graph.static_mem) / unit + 1e-9))
         self._reads()
         total = float(graph.total_cost) or 1.0
@@ -185,10 +185,20 @@ def _last_reads(graph: RematGraph) -> list[int]:
     return last
 
 
+def copy_counts(graph: RematGraph, copies: list[int],
+                last_read: list[int] | None = None) -> list[int]:
+    """The copies ``IntervalModel`` gives each node when asked for ``copies``: no more than
+    the stages from its own on, and one where nothing reads it."""
+    size, last_read = graph.size, last_read or _last_reads(graph)
+    return [min(copies[v], size - v) if last_read[v] > v * size + v else 1
+            for v in range(size)]
+
+
 def read_literals(graph: RematGraph, copies: list[int]) -> int:
-    """The literals ``IntervalModel._reads`` makes with ``copies`` per node: one per
-    computation of w, input u of w and copy of u; they take most of the model's build."""
-    return sum(copies[w] * sum(copies[u] for u in graph.deps[w]) for w in range(graph.size))
+    """The literals ``IntervalModel._reads`` makes when asked for ``copies`` per node: one
+    per computation of w, input u of w and copy of u; they take most of the model's build."""
+    counts = copy_counts(graph, copies)
+    return sum(counts[w] * sum(counts[u] for u in graph.deps[w]) for w in range(graph.size))
 
 
 def copies_of(graph: RematGraph, R: np.ndarray) -> list[list[tuple[int, int]]]:
@@ -207,7 +217,8 @@ def copies_of(graph: RematGraph, R: np.ndarray) -> list[list[tuple[int, int]]]:
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     cp_model = ortools_cp()
     began = time.perf_counter()
-    if options.time_limit is None:  # a search: without a limit it may never end
+    unlimited = options.time_limit is None  # then the model is built whatever it takes
+    if unlimited:  # a search: without a limit it may never end
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
     if budget < known_floor(graph):  # below the least peak known without a search
         return _least_peak(graph, budget, began, options)
@@ -215,9 +226,9 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     warm = warm_start(graph, budget, options) if options.warm_start or options.initial else None
     starts = copies_of(graph, warm.R) if warm is not None else [[] for _ in range(graph.size)]
     copies = [max(COPIES, len(s)) for s in starts]
-    if BUILD_SECONDS * read_literals(graph, copies) > \
+    if not unlimited and BUILD_SECONDS * read_literals(graph, copies) > \
             options.time_limit - (time.perf_counter() - began):
-        return _unsearched(graph, budget, warm, known.value, began, options)
+        return unbuilt(graph, budget, warm, "cp-intervals", began, options, known.value)
     built = IntervalModel(graph, budget, copies)
     if warm is not None:
         built.hint(starts)
@@ -227,7 +238,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     cp.parameters.num_workers = options.threads or 2
     cp.parameters.random_seed = options.seed
     cp.parameters.use_lns_only = warm is not None and graph.size > LNS_NODES
-    code = cp.solve(built.model, _watcher(graph, built, options, known.value, began))
+    watcher = _watcher(graph, built, options, known.value, began)
+    code, _ = run_cancellable(lambda: cp.solve(built.model, watcher), cp.stop_search)
     return _solution(graph, budget, built, cp, code, warm, known.value, began, options)
 
 
@@ -275,21 +287,6 @@ def _solution(graph, budget, built, cp, code, warm, bound, began, options) -> So
     if sol.peak_memory > budget:
         raise RematError(f"cp-intervals: internal error, schedule peaks at {sol.peak_memory} "
                          f"over budget {budget}; please report this graph")
-    return status_from_bound(sol, options.mip_rel_gap)
-
-
-def _unsearched(graph: RematGraph, budget: float, warm: Solution | None, bound: float,
-                began: float, options: SolveOptions) -> Solution:
-    """The result where the time left does not cover the model's build (``BUILD_SECONDS``):
-    the start schedule as it is, else no schedule."""
-    elapsed = time.perf_counter() - began
-    if warm is None:
-        return Solution.infeasible(graph, "cp-intervals", budget, None, solve_time=elapsed,
-                                   reason=NO_SCHEDULE_YET)
-    sol = Solution.from_schedule(graph, warm.R, warm.S, "cp-intervals", "timeout", budget,
-                                 lower_bound=bound, solve_time=elapsed,
-                                 backend_status="not started",
-                                 optimal_in_class=meets(warm.compute_cost, bound))
     return status_from_bound(sol, options.mip_rel_gap)
 
 

@@ -22,8 +22,9 @@ from remat.graph.core import RematGraph
 from remat.schedule.rs import cheapest_r
 from remat.schedule.solution import Solution
 from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
-from remat.solvers.milp import warm_start
-from remat.solvers.milp_model import TIGHT, MilpModel
+from remat.solvers.interrupt import run_cancellable
+from remat.solvers.milp import unbuilt, warm_start
+from remat.solvers.milp_model import TIGHT, MilpModel, build_fits
 from remat.solvers.min_budget import min_budget
 
 COST_SCALE = 1000.0
@@ -128,6 +129,10 @@ class CpSatModel:
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     cp_model = ortools_cp()
     start = time.perf_counter()
+    memory_unit(graph)  # raises CpSatModelError on fractional sizes, before any work
+    if not build_fits(graph, options.time_limit):  # it converts Checkmate's MILP
+        warm = warm_start(graph, budget, options) if options.warm_start else None
+        return unbuilt(graph, budget, warm, "cpsat", start, options, graph.total_cost)
     built = CpSatModel(graph, budget)
     warm = warm_start(graph, budget, options) if options.warm_start else None
     if warm is not None:
@@ -139,7 +144,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     cp.parameters.num_workers = options.threads or 2
     cp.parameters.random_seed = options.seed
     cp.parameters.relative_gap_limit = options.mip_rel_gap
-    code = cp.solve(built.model)
+    code, _ = run_cancellable(lambda: cp.solve(built.model), cp.stop_search)
     return _solution(graph, budget, built, cp, cp_model, code, warm, start, options)
 
 

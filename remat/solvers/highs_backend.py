@@ -11,6 +11,8 @@ from typing import Callable
 
 import numpy as np
 
+from remat.solvers.interrupt import run_cancellable
+
 
 CLOSED_GAP = 1e-9
 """A relative gap at most this is left for HiGHS to close (status "optimal"), not settled."""
@@ -205,32 +207,12 @@ def _watch(h, progress: Callable[[dict], None]) -> None:
 
 
 def _run_interruptible(h) -> bool:
-    """Run HiGHS in its worker thread; Ctrl-C cancels it and we wait. True if interrupted.
-
-    A temporary SIGINT handler (main thread only) sets a flag instead of raising, so the
-    interrupt can never escape between polls and leave the solver thread running.
-    """
-    import signal
-    import threading
-
+    """Run HiGHS in its worker thread; Ctrl-C (or a stop ``interrupt.requested`` before it)
+    cancels it and we wait (``interrupt.run_cancellable``, whose temporary SIGINT handler sets
+    a flag instead of raising, so the interrupt can never escape between polls and leave the
+    solver thread running). True if interrupted."""
     h.HandleUserInterrupt = True
-    interrupted = threading.Event()
-
-    def on_sigint(signum, frame) -> None:
-        interrupted.set()
-        h.cancelSolve()
-
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
-    try:
-        thread = h.startSolve()
-        while not h.wait(0.1)[0]:
-            pass
-        thread.join()
-    finally:
-        if in_main:
-            signal.signal(signal.SIGINT, previous)
-    return interrupted.is_set()
+    return run_cancellable(lambda: h.startSolve().join(), h.cancelSolve)[1]
 
 
 def _result(highspy, h, relax: bool, interrupted: bool, seconds: float) -> BackendResult:

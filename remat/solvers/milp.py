@@ -24,7 +24,7 @@ from remat.solvers.milp_model import TIGHT, Formulation, MilpModel, build_fits
 from remat.solvers.min_budget import min_budget
 from remat.solvers.peak_floor import below_floor
 
-__all__ = ["BASELINES", "applicable", "solve", "solve_with", "warm_start"]
+__all__ = ["BASELINES", "applicable", "solve", "solve_with", "unbuilt", "warm_start"]
 
 MIN_WARM_SECONDS = 0.1
 """The least time a step of the warm start (a baseline, the LP rounding) gets once its half of
@@ -51,11 +51,11 @@ def solve_with(graph: RematGraph, budget: float, options: SolveOptions,
                            solve_time=time.perf_counter() - began,
                            details={**warm.details, "proven_by": "retention bound"})
         return status_from_bound(proof, options.mip_rel_gap)
-    remaining = _remaining(options.time_limit, began)
-    if not build_fits(graph, remaining):
-        return _unbuilt(graph, budget, warm, method, began, options, known.value)
+    if not build_fits(graph, _remaining(options.time_limit, began)):
+        return unbuilt(graph, budget, warm, method, began, options, known.value)
     model = MilpModel(graph, budget, formulation)
     start = model.vector(warm.R, warm.S) if warm is not None else None
+    remaining = _remaining(options.time_limit, began)
     target = known.value * (1 + options.mip_rel_gap) * (1 + PROVEN_RTOL)  # what meets() accepts
     stop_at = target / model.cost_unit if model.formulation.tie_break == 0 else None
     result = highs_backend.run(model.arrays(), remaining, options.mip_rel_gap, options.threads,
@@ -71,14 +71,15 @@ def _remaining(time_limit: float | None, began: float) -> float | None:
 
 
 def _progress(options: SolveOptions, model: MilpModel):
-    """Progress in cost units (the model's objective is scaled by ``cost_unit``)."""
+    """Progress in cost units (the model's objective is scaled by ``cost_unit``), the bound
+    as the result reports it (``true_bound``)."""
     if options.progress is None:
         return None
     unit = model.cost_unit
 
     def report(event: dict) -> None:
         options.progress({**event, "incumbent": event["incumbent"] * unit,
-                          "bound": event["bound"] * unit})
+                          "bound": true_bound(model.graph, model, event["bound"])})
 
     return report
 
@@ -98,18 +99,18 @@ def best_baseline(graph: RematGraph, budget: float, names=BASELINES,
     return best
 
 
-def _unbuilt(graph: RematGraph, budget: float, warm: Solution | None, method: str,
-             began: float, options: SolveOptions, retention: float) -> Solution:
-    """The time left does not cover the model's build (``milp_model.build_fits``): the warm
-    start as it is ("timeout"), else no schedule."""
+def unbuilt(graph: RematGraph, budget: float, warm: Solution | None, method: str,
+            began: float, options: SolveOptions, bound: float) -> Solution:
+    """The result of an exact method whose time left does not cover building its model
+    (``milp_model.build_fits``, ``cp_intervals.BUILD_SECONDS``): its warm start as it is
+    ("timeout", or what ``bound``, proven before, says of it), else no schedule."""
     elapsed = time.perf_counter() - began
     if warm is None:
         return Solution.infeasible(graph, method, budget, None, solve_time=elapsed,
                                    reason=NO_SCHEDULE_YET, backend_status="not started")
     sol = Solution.from_schedule(graph, warm.R, warm.S, method, "timeout", budget,
-                                 lower_bound=max(retention, warm.lower_bound),
-                                 solve_time=elapsed, backend_status="not started",
-                                 from_warm_start=True)
+                                 lower_bound=max(bound, warm.lower_bound), solve_time=elapsed,
+                                 backend_status="not started", from_warm_start=True)
     return status_from_bound(sol, options.mip_rel_gap)
 
 

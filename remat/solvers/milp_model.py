@@ -94,7 +94,8 @@ BUILD_SECONDS = 4.5e-5
 """Seconds per squared node that building Checkmate's model (``MilpModel``, or its LP
 relaxation) takes, before HiGHS sees any time limit: 0.48 s at T = 129 (gpt2 op), 2.1 s at
 266 (resnet50 module), 6.3 s at 467 (fcn_resnet50 op), 45 s at 1001 (random_dag(500)).
-Where that is more than the time left, ``lp-rounding`` builds no LP and ``milp`` no model
+Where that is more than its time limit ``lp-rounding`` builds no LP, and where it is more
+than the time left ``milp``, ``cpsat`` and ``min_budget``'s MILP build no model
 (``build_fits``): lp-rounding given 0.1 s took 4.2 / 13.1 / 53.9 s on the last three, milp
 given 2 s 3.3 / 4.3 / 16.3 s on gpt2 op, resnet50 module and random_dag(250) at 50%
 (bench/results/fast_notes.md, sessions 30 and 31)."""

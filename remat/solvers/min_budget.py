@@ -43,9 +43,10 @@ BASELINE_SECONDS = 2.0
 time: its scan for the least peak, then a schedule at it); under a time limit, at most
 ``BASELINE_SHARE`` of it."""
 BASELINE_SHARE = 0.25
-"""Of ``min_budget``'s time limit, the most each of retention's two calls in
-``smallest_baseline`` may take. With 2 s each whatever the limit, auto (limit 2 s) took 4.1 s
-on MobileNetV2 at module level, 20% (below the floor: its least budget is ``min_budget``'s)."""
+"""Of ``min_budget``'s time limit, the most each baseline call in ``smallest_baseline`` may
+take (retention's two calls, so at most half of it). With 2 s each whatever the limit, auto
+(limit 2 s) took 4.1 s on MobileNetV2 at module level, 20% (below the floor: its least budget
+is ``min_budget``'s)."""
 
 
 DESCENT_SHARE = 0.5
@@ -108,11 +109,10 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
         return MinBudget(peak, peak, "optimal", R, S, time.perf_counter() - began)
     if not exact:
         return MinBudget(peak, floor, "feasible", R, S, time.perf_counter() - began)
-    left = None if options.time_limit is None else \
-        max(0.1, options.time_limit - (time.perf_counter() - began))
-    if not build_fits(graph, left):  # no time to build the MILP: the descent's schedule
+    if not build_fits(graph, _left(options.time_limit, began)):  # the descent's schedule
         return MinBudget(peak, floor, "timeout", R, S, time.perf_counter() - began)
     model = MilpModel(graph, None, TIGHT, min_peak=True)
+    left = _left(options.time_limit, began)
     result = highs_backend.run(model.arrays(), left, 0.0, options.threads,
                                options.seed, start=model.vector(R, S), verbose=options.verbose)
     if result.x is not None:
@@ -124,6 +124,11 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
     bound = max(floor, _bound_bytes(model, result.bound, peak))
     status = "optimal" if result.status == "optimal" or bound >= peak else "timeout"
     return MinBudget(peak, min(bound, peak), status, R, S, time.perf_counter() - began)
+
+
+def _left(limit: float | None, began: float) -> float | None:
+    """The time left of ``limit`` (at least 0.1 s), None without a limit."""
+    return None if limit is None else max(0.1, limit - (time.perf_counter() - began))
 
 
 def _baseline_time(limit: float | None) -> float:

@@ -1,0 +1,107 @@
+"""Ctrl-C during a solve (remat/solvers/interrupt.py): the solve stops early with the best
+schedule found, and loops over solves stop there, keeping what they have."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import remat
+from remat.bench import sweep
+from remat.runtime import cache
+from remat.schedule import parse_budget, simulate
+from remat.solvers import SolveOptions, interrupt, solver
+
+
+def _sigint() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_ctrl_c_stops_auto_with_the_cheapest_schedule_so_far():
+    """SIGINT once auto has proved its bound (sent from its progress, so it lands in the main
+    thread): retention and cp-intervals stop at once, and auto returns the cheapest schedule
+    so far (a baseline's), "timeout", marked interrupted, not after its 60 s; the SIGINT
+    handler is restored, and the next call runs as usual."""
+    graph = remat.graphs.random_dag(100)
+    budget = parse_budget("50%", graph)
+    sent = []
+
+    def progress(event):
+        if event["method"] == "bound" and not sent:
+            sent.append(event)
+            _sigint()
+
+    handler = signal.getsignal(signal.SIGINT)
+    sol = solver("auto")(graph, budget, SolveOptions(time_limit=60, progress=progress))
+    assert sent and sol.feasible and sol.peak_memory <= budget
+    assert sol.status == "timeout" and sol.details["interrupted"]
+    assert sol.solve_time < 15
+    assert simulate(graph, sol.R, sol.S).compute_cost == pytest.approx(sol.compute_cost)
+    assert signal.getsignal(signal.SIGINT) is handler and not interrupt.requested()
+    small = remat.graphs.linear(8)
+    again = solver("auto")(small, parse_budget("80%", small), SolveOptions(time_limit=10))
+    assert again.status == "optimal" and "interrupted" not in again.details
+
+
+def test_ctrl_c_stops_a_cp_sat_search_with_its_best_schedule():
+    """SIGINT 1.5 s into a 60 s cp-intervals search (CP-SAT runs in a worker thread; the
+    main thread polls it): the search stops and returns its best schedule, "timeout"."""
+    pytest.importorskip("ortools")
+    graph = remat.graphs.random_dag(100)
+    budget = parse_budget("20%", graph)
+    start = solver("retention")(graph, budget, SolveOptions(time_limit=5))
+    assert start.feasible
+    timer = threading.Timer(1.5, _sigint)
+    timer.start()
+    try:
+        sol = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=60, initial=start))
+    finally:
+        timer.cancel()
+    assert sol.feasible and sol.status == "timeout" and sol.solve_time < 20
+    assert sol.compute_cost <= start.compute_cost * (1 + 1e-12)
+
+
+def _cut_short(monkeypatch, module, calls):
+    """``module.solver`` (or ``solve``) as if Ctrl-C cut each solve short (``calls`` counts
+    them)."""
+    def fake(name):
+        def run(graph, budget, options):
+            calls.append(name)
+            result = solver(name)(graph, budget, options)
+            interrupt._LAST[0] = time.monotonic()  # what a caught SIGINT records
+            return result
+        return run
+    monkeypatch.setattr(module, "solver", fake)
+
+
+def test_a_sweep_stops_at_a_solve_ctrl_c_cut_short(monkeypatch):
+    """run_sweep keeps the row of the solve cut short and runs no other."""
+    calls = []
+    _cut_short(monkeypatch, sweep, calls)
+    graph = remat.graphs.linear(8)
+    rows = sweep.run_sweep(graph, ["checkpoint-all", "chen-greedy"], [0.5, 0.8, 1.0],
+                           log=None)
+    assert len(calls) == len(rows) == 1 and rows[0].method == "checkpoint-all"
+
+
+def test_a_plan_cut_short_is_not_cached(monkeypatch, tmp_path):
+    """The plan cache stores no solution a Ctrl-C cut short (it would stand for every later
+    run); one that ran to its end is stored."""
+    graph = remat.graphs.linear(8)
+
+    def cut(graph, budget, method, **options):
+        result = remat.solve(graph, budget, method, **options)
+        interrupt._LAST[0] = time.monotonic()
+        return result
+
+    monkeypatch.setattr(cache, "solve", cut)
+    first = cache.cached_solve(graph, "100%", "checkpoint-all", cache=tmp_path)
+    assert first.details["plan_cache"] == "miss" and not list(tmp_path.iterdir())
+    monkeypatch.setattr(cache, "solve", remat.solve)
+    second = cache.cached_solve(graph, "100%", "checkpoint-all", cache=tmp_path)
+    assert second.details["plan_cache"] == "miss" and len(list(tmp_path.iterdir())) == 1
+    assert np.array_equal(first.R, second.R)
