@@ -218,17 +218,17 @@ def main(argv=None) -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
         write(rows, args)
-    began = time.monotonic()
-    for name, graph, percent in ((n, g, p) for n, g in selected
-                                 for p in args.budgets.split(",")):
-        for row in rows_for(name, graph, percent, args.time_limit, args.plain_max_nodes,
-                            tuple(args.methods.split(","))):
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-        write(rows, args)
-        if interrupt.caught_since(began):  # Ctrl-C cut a solve short: the rows so far
-            print("interrupted: the sweep stops here", file=sys.stderr, flush=True)
-            break
+    with interrupt.catching():  # Ctrl-C: stop after the row it cuts short
+        for name, graph, percent in ((n, g, p) for n, g in selected
+                                     for p in args.budgets.split(",")):
+            for row in rows_for(name, graph, percent, args.time_limit, args.plain_max_nodes,
+                                tuple(args.methods.split(","))):
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            write(rows, args)
+            if interrupt.requested():
+                print("interrupted: the sweep stops here", file=sys.stderr, flush=True)
+                break
     plot(rows, args.output + ".png")
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -14,7 +12,9 @@ import remat
 from remat.bench import sweep
 from remat.runtime import cache
 from remat.schedule import parse_budget, simulate
+from remat.schedule.solution import Solution
 from remat.solvers import SolveOptions, interrupt, solver
+from remat.solvers.base import NO_SCHEDULE_YET
 
 
 def _sigint() -> None:
@@ -23,23 +23,24 @@ def _sigint() -> None:
 
 def test_ctrl_c_stops_auto_with_the_cheapest_schedule_so_far():
     """SIGINT once auto has proved its bound (sent from its progress, so it lands in the main
-    thread): retention and cp-intervals stop at once, and auto returns the cheapest schedule
-    so far (a baseline's), "timeout", marked interrupted, not after its 60 s; the SIGINT
-    handler is restored, and the next call runs as usual."""
+    thread): retention returns its first schedule, cp-intervals does not run, and auto
+    returns the cheapest schedule so far, "timeout", marked interrupted, at once, not after
+    its 60 s; the SIGINT handler is restored, and the next call runs as usual."""
     graph = remat.graphs.random_dag(100)
     budget = parse_budget("50%", graph)
     sent = []
 
     def progress(event):
         if event["method"] == "bound" and not sent:
-            sent.append(event)
+            sent.append(event["time"])
             _sigint()
 
     handler = signal.getsignal(signal.SIGINT)
     sol = solver("auto")(graph, budget, SolveOptions(time_limit=60, progress=progress))
     assert sent and sol.feasible and sol.peak_memory <= budget
     assert sol.status == "timeout" and sol.details["interrupted"]
-    assert sol.solve_time < 15
+    assert "cp-intervals" not in sol.details["tried"]
+    assert sol.solve_time - sent[0] < 5  # (0.0 s measured: retention stops at its first)
     assert simulate(graph, sol.R, sol.S).compute_cost == pytest.approx(sol.compute_cost)
     assert signal.getsignal(signal.SIGINT) is handler and not interrupt.requested()
     small = remat.graphs.linear(8)
@@ -48,31 +49,35 @@ def test_ctrl_c_stops_auto_with_the_cheapest_schedule_so_far():
 
 
 def test_ctrl_c_stops_a_cp_sat_search_with_its_best_schedule():
-    """SIGINT 1.5 s into a 60 s cp-intervals search (CP-SAT runs in a worker thread; the
-    main thread polls it): the search stops and returns its best schedule, "timeout"."""
+    """SIGINT at CP-SAT's first schedule in a 60 s cp-intervals search (sent from its
+    progress, in CP-SAT's thread; the main thread polls the search): the search stops and
+    returns its best schedule, "timeout", marked interrupted."""
     pytest.importorskip("ortools")
     graph = remat.graphs.random_dag(100)
     budget = parse_budget("20%", graph)
     start = solver("retention")(graph, budget, SolveOptions(time_limit=5))
     assert start.feasible
-    timer = threading.Timer(1.5, _sigint)
-    timer.start()
-    try:
-        sol = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=60, initial=start))
-    finally:
-        timer.cancel()
-    assert sol.feasible and sol.status == "timeout" and sol.solve_time < 20
+    sent = []
+
+    def progress(event):
+        if not sent:
+            sent.append(event["time"])
+            _sigint()
+
+    sol = solver("cp-intervals")(graph, budget, SolveOptions(time_limit=60, initial=start,
+                                                             progress=progress))
+    assert sent and sol.feasible and sol.status == "timeout" and sol.details["interrupted"]
+    assert sol.solve_time - sent[0] < 10
     assert sol.compute_cost <= start.compute_cost * (1 + 1e-12)
 
 
 def _cut_short(monkeypatch, module, calls):
-    """``module.solver`` (or ``solve``) as if Ctrl-C cut each solve short (``calls`` counts
-    them)."""
+    """``module.solver`` as if Ctrl-C cut each solve short (``calls`` counts them)."""
     def fake(name):
         def run(graph, budget, options):
             calls.append(name)
             result = solver(name)(graph, budget, options)
-            interrupt._LAST[0] = time.monotonic()  # what a caught SIGINT records
+            interrupt._request()  # what a Ctrl-C in the sweep's scope records
             return result
         return run
     monkeypatch.setattr(module, "solver", fake)
@@ -95,8 +100,7 @@ def test_a_plan_cut_short_is_not_cached(monkeypatch, tmp_path):
 
     def cut(graph, budget, method, **options):
         result = remat.solve(graph, budget, method, **options)
-        interrupt._LAST[0] = time.monotonic()
-        return result
+        return result.with_(details={**result.details, "interrupted": True})
 
     monkeypatch.setattr(cache, "solve", cut)
     first = cache.cached_solve(graph, "100%", "checkpoint-all", cache=tmp_path)
@@ -105,3 +109,23 @@ def test_a_plan_cut_short_is_not_cached(monkeypatch, tmp_path):
     second = cache.cached_solve(graph, "100%", "checkpoint-all", cache=tmp_path)
     assert second.details["plan_cache"] == "miss" and len(list(tmp_path.iterdir())) == 1
     assert np.array_equal(first.R, second.R)
+
+
+def test_a_solve_stopped_before_any_schedule_says_so(monkeypatch):
+    """A method stopped by Ctrl-C before it found a schedule: its "infeasible" says it
+    proves nothing (``NO_SCHEDULE_YET``), and ``remat.solve`` raises KeyboardInterrupt, not
+    InfeasibleBudgetError; a proof stays a proof."""
+    from remat.solvers import api, base
+
+    graph = remat.graphs.linear(8)
+    nothing = Solution.infeasible(graph, "retention", 1.0, None)
+    proof = Solution.infeasible(graph, "milp", 1.0, None, proven=True)
+    with interrupt.catching():
+        interrupt._request()
+        stopped, proven = base._stopped(nothing), base._stopped(proof)
+    assert stopped.details["interrupted"] and stopped.details["reason"] == NO_SCHEDULE_YET
+    assert proven.proven_infeasible and "reason" not in proven.details
+    assert not interrupt.requested()  # the scope's end clears it
+    monkeypatch.setattr(api, "solver", lambda name: lambda graph, budget, options: stopped)
+    with pytest.raises(KeyboardInterrupt):
+        remat.solve(graph, 1.0, method="retention")

@@ -91,13 +91,14 @@ def demo(name: str = "unet", budgets=("100%", "90%", "80%"),
     reference = eager_reference(model, inputs, loss_fn)
     print(f"  eager step peak {format_bytes(reference[3])}", file=log)
     state = {n: _array(t) for n, t in list(model.named_parameters()) + list(model.named_buffers())}
-    rows, began = [], time.monotonic()
-    for budget, method in ((b, m) for b in budgets for m in methods):
-        print(f"  solving {method} at {budget} ...", file=log, flush=True)
-        rows.append(_row(cap, method, budget, time_limit, state, inputs, reference))
-        if interrupt.caught_since(began):  # Ctrl-C cut the solve short: the rows so far
-            print("  interrupted: the demo stops here", file=log, flush=True)
-            break
+    rows = []
+    with interrupt.catching():  # Ctrl-C: stop after the row it cuts short
+        for budget, method in ((b, m) for b in budgets for m in methods):
+            print(f"  solving {method} at {budget} ...", file=log, flush=True)
+            rows.append(_row(cap, method, budget, time_limit, state, inputs, reference))
+            if interrupt.requested():
+                print("  interrupted: the demo stops here", file=log, flush=True)
+                break
     print(render(rows), file=out)
     return rows
 

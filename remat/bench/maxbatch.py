@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import sys
-import time
 from dataclasses import dataclass
 
 from remat.errors import InfeasibleBudgetError
@@ -77,10 +76,10 @@ def max_batch(spec: str, cap: float, tiny: bool = False, method: str = "auto",
         return probes[-1].fits
 
     def remat_fits(batch: int) -> bool:
-        began = time.monotonic()
-        probes.append(remat_probe(spec, batch, tiny, cap, method, time_limit))
-        if interrupt.caught_since(began):  # a schedule cut short proves nothing: stop
-            raise KeyboardInterrupt
+        with interrupt.catching():
+            probes.append(remat_probe(spec, batch, tiny, cap, method, time_limit))
+            if interrupt.requested():  # a schedule cut short proves nothing: stop
+                raise KeyboardInterrupt
         _say(log, probes[-1])
         return probes[-1].fits
 

@@ -35,7 +35,13 @@ def default_fractions(count: int = 10) -> list[float]:
 
 def run_sweep(graph: RematGraph, methods: list[str], fractions: list[float],
               time_limit: float | None = None, log=sys.stderr) -> list[SweepRow]:
-    rows, began = [], time.monotonic()
+    with interrupt.catching():  # Ctrl-C: stop after the solve it cuts short
+        return _sweep(graph, methods, fractions, time_limit, log)
+
+
+def _sweep(graph: RematGraph, methods: list[str], fractions: list[float],
+           time_limit: float | None, log) -> list[SweepRow]:
+    rows = []
     options = SolveOptions(time_limit=time_limit)
     total = graph.total_cost
     budgets = [parse_budget(f"{fraction * 100}%", graph) for fraction in fractions]
@@ -45,7 +51,7 @@ def run_sweep(graph: RematGraph, methods: list[str], fractions: list[float],
             continue
         for fraction, budget in zip(fractions, budgets):
             start = time.perf_counter()
-            if interrupt.caught_since(began):  # Ctrl-C cut a solve short: the rows so far
+            if interrupt.requested():  # Ctrl-C cut a solve short: the rows so far
                 if log is not None:
                     print("  interrupted: the sweep stops here", file=log, flush=True)
                 return rows

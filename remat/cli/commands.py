@@ -33,14 +33,16 @@ def run_solve(args) -> int:
     budget = parse_budget(args.budget, graph)
     methods = expand_methods(args.method, graph)
     options = SolveOptions(time_limit=args.time_limit, progress=_progress_printer(graph))
-    results, began = [], time.monotonic()
-    for method in methods:
-        if len(methods) > 1:
-            print(f"solving with {method} ...", file=sys.stderr, flush=True)
-        results.append(solver(method)(graph, budget, options))
-        if interrupt.caught_since(began):  # Ctrl-C cut it short: stop, with what was found
-            print("interrupted: the best schedule found so far", file=sys.stderr, flush=True)
-            break
+    results = []
+    with interrupt.catching():  # Ctrl-C: stop after the solve it cuts short
+        for method in methods:
+            if len(methods) > 1:
+                print(f"solving with {method} ...", file=sys.stderr, flush=True)
+            results.append(solver(method)(graph, budget, options))
+            if interrupt.requested():
+                print("interrupted: the best schedule found so far", file=sys.stderr,
+                      flush=True)
+                break
     if args.output and len(results) == 1:
         results[0].to_json(args.output)
     if args.json:

@@ -11,7 +11,6 @@ import hashlib
 import json
 import math
 import os
-import time
 import warnings
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from remat.errors import RematError
 from remat.graph.core import RematGraph, _write_text
 from remat.schedule.budget import parse_budget
 from remat.schedule.solution import Solution
-from remat.solvers import interrupt
 from remat.solvers.api import solve
 
 PLAN_FORMAT = "remat-plan/1"
@@ -70,9 +68,8 @@ def cached_solve(graph: RematGraph, budget, method: str = "auto", cache=True,
         found = _load(path, key, graph, budget_bytes)
         if found is not None:
             return _tagged(found, "hit")
-    began = time.monotonic()
     solution = solve(graph, budget, method, **options)
-    if not interrupt.caught_since(began):  # a solve Ctrl-C cut short is not the plan
+    if not solution.details.get("interrupted"):  # a solve Ctrl-C cut short is not the plan
         _store(path, key, solution)
     return _tagged(solution, "miss")
 

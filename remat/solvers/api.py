@@ -16,7 +16,8 @@ def solve(graph: RematGraph, budget, method: str = "auto", time_limit: float | N
 
     ``budget`` is bytes, a size string (``"1.5GiB"``) or a percentage (``"60%"``) of the
     checkpoint-all peak above static memory. Raises ``InfeasibleBudgetError`` (with
-    ``.min_budget``) when the method finds no schedule that fits.
+    ``.min_budget``) when the method finds no schedule that fits, KeyboardInterrupt where
+    Ctrl-C stopped it before it found one (after one, its best schedule, "timeout").
     """
     if not isinstance(graph, RematGraph):
         raise TypeError(f"solve() needs a RematGraph, got {type(graph).__name__}")
@@ -24,6 +25,8 @@ def solve(graph: RematGraph, budget, method: str = "auto", time_limit: float | N
     budget_bytes = parse_budget(budget, graph)
     opts = SolveOptions.from_kwargs(time_limit=time_limit, **options)
     result = solve_fn(graph, budget_bytes, opts)
+    if not result.feasible and result.details.get("interrupted"):
+        raise KeyboardInterrupt  # Ctrl-C before any schedule: nothing to return
     if not result.feasible:
         raise InfeasibleBudgetError(_infeasible_message(method, budget, budget_bytes, result),
                                     min_budget=result.min_budget, budget=budget_bytes)

@@ -16,9 +16,15 @@ def deadline_of(time_limit: float | None) -> float | None:
     return None if time_limit is None else time.perf_counter() + time_limit
 
 
+def time_left(time_limit: float | None, began: float, least: float = 0.01) -> float | None:
+    """Seconds left of ``time_limit`` counted from ``began`` (``time.perf_counter()``), at
+    least ``least``; None without a limit."""
+    return None if time_limit is None else max(least, time_limit - (time.perf_counter() - began))
+
+
 def past(deadline: float | None) -> bool:
     """Whether ``deadline`` (from ``deadline_of``; None: no limit) has passed, or Ctrl-C asked
-    ``auto`` to stop (``interrupt.requested``)."""
+    the solve to stop (``interrupt.requested``)."""
     return requested() or (deadline is not None and time.perf_counter() > deadline)
 
 
@@ -122,7 +128,14 @@ def solver(name: str) -> SolverFn:
     """The solve function of ``name``; an unknown name raises ValueError listing valid ones."""
     if name not in _REGISTRY:
         raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(method_names())}")
-    return _stoppable(importlib.import_module(_REGISTRY[name]).solve)
+    solve = importlib.import_module(_REGISTRY[name]).solve
+    return solve if name in UNSTOPPABLE else _stoppable(solve)
+
+
+UNSTOPPABLE = ("chain-dp",)
+"""Methods that Ctrl-C does not stop early: chain-dp's recursions (C or Python) check only
+their own deadline (within them Ctrl-C raises KeyboardInterrupt as before; auto gives them a
+share of its time, at most ``auto.CHAIN_DP_SECONDS``)."""
 
 
 def _stoppable(solve: SolverFn) -> SolverFn:
@@ -137,8 +150,12 @@ def _stoppable(solve: SolverFn) -> SolverFn:
 
 def _stopped(result: Solution) -> Solution:
     """``result``, marked where Ctrl-C stopped its solve early (``interrupt.requested``):
-    status "timeout" unless proven optimal or infeasible, and ``details["interrupted"]``."""
+    ``details["interrupted"]``; status "timeout" unless proven optimal or infeasible; "no
+    schedule" unproven says it stopped first (``NO_SCHEDULE_YET``)."""
     if not requested():
         return result
+    details = {**result.details, "interrupted": True}
+    if result.status == "infeasible" and not result.proven_infeasible:
+        details["reason"] = NO_SCHEDULE_YET
     status = result.status if result.status in ("optimal", "infeasible") else "timeout"
-    return result.with_(status=status, details={**result.details, "interrupted": True})
+    return result.with_(status=status, details=details)

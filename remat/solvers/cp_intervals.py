@@ -238,6 +238,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     cp.parameters.num_workers = options.threads or 2
     cp.parameters.random_seed = options.seed
     cp.parameters.use_lns_only = warm is not None and graph.size > LNS_NODES
+    cp.parameters.catch_sigint_signal = False  # Ctrl-C is ours (``run_cancellable``)
     watcher = _watcher(graph, built, options, known.value, began)
     code, _ = run_cancellable(lambda: cp.solve(built.model, watcher), cp.stop_search)
     return _solution(graph, budget, built, cp, code, warm, known.value, began, options)

@@ -144,6 +144,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     cp.parameters.num_workers = options.threads or 2
     cp.parameters.random_seed = options.seed
     cp.parameters.relative_gap_limit = options.mip_rel_gap
+    cp.parameters.catch_sigint_signal = False  # Ctrl-C is ours (``run_cancellable``)
     code, _ = run_cancellable(lambda: cp.solve(built.model), cp.stop_search)
     return _solution(graph, budget, built, cp, cp_model, code, warm, start, options)
 

@@ -8,6 +8,7 @@ schedule always goes through the simulator (``Solution.from_schedule``).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 
@@ -18,7 +19,8 @@ from remat.schedule.rs import cheapest_r
 from remat.schedule.simulate import simulate
 from remat.schedule.solution import Solution
 from remat.solvers import highs_backend
-from remat.solvers.base import BASELINES, NO_SCHEDULE_YET, SolveOptions, applicable, solver
+from remat.solvers.base import (BASELINES, NO_SCHEDULE_YET, SolveOptions, applicable, solver,
+                                time_left)
 from remat.solvers.bounds import PROVEN_RTOL, Bound, bound_time, meets, retention_bound
 from remat.solvers.milp_model import TIGHT, Formulation, MilpModel, build_fits
 from remat.solvers.min_budget import min_budget
@@ -51,11 +53,11 @@ def solve_with(graph: RematGraph, budget: float, options: SolveOptions,
                            solve_time=time.perf_counter() - began,
                            details={**warm.details, "proven_by": "retention bound"})
         return status_from_bound(proof, options.mip_rel_gap)
-    if not build_fits(graph, _remaining(options.time_limit, began)):
+    if not build_fits(graph, time_left(options.time_limit, began)):
         return unbuilt(graph, budget, warm, method, began, options, known.value)
     model = MilpModel(graph, budget, formulation)
     start = model.vector(warm.R, warm.S) if warm is not None else None
-    remaining = _remaining(options.time_limit, began)
+    remaining = time_left(options.time_limit, began)
     target = known.value * (1 + options.mip_rel_gap) * (1 + PROVEN_RTOL)  # what meets() accepts
     stop_at = target / model.cost_unit if model.formulation.tie_break == 0 else None
     result = highs_backend.run(model.arrays(), remaining, options.mip_rel_gap, options.threads,
@@ -64,22 +66,20 @@ def solve_with(graph: RematGraph, budget: float, options: SolveOptions,
     return _solution(graph, budget, model, result, warm, method, began, options, known.value)
 
 
-def _remaining(time_limit: float | None, began: float) -> float | None:
-    if time_limit is None:
-        return None
-    return max(0.01, time_limit - (time.perf_counter() - began))
-
-
 def _progress(options: SolveOptions, model: MilpModel):
-    """Progress in cost units (the model's objective is scaled by ``cost_unit``), the bound
-    as the result reports it (``true_bound``)."""
+    """Progress in cost units (the model's objective is scaled by ``cost_unit``): the
+    incumbent is the MILP's objective (a schedule's cost, but with ``tie_break``, where it is
+    an upper bound on it), the bound as the result reports it (``true_bound``), and the gap
+    between the two."""
     if options.progress is None:
         return None
     unit = model.cost_unit
 
     def report(event: dict) -> None:
-        options.progress({**event, "incumbent": event["incumbent"] * unit,
-                          "bound": true_bound(model.graph, model, event["bound"])})
+        incumbent = event["incumbent"] * unit
+        bound = true_bound(model.graph, model, event["bound"])
+        gap = (incumbent - bound) / incumbent if 0 < incumbent < math.inf else math.inf
+        options.progress({**event, "incumbent": incumbent, "bound": bound, "gap": gap})
 
     return report
 
@@ -185,7 +185,7 @@ def true_bound(graph: RematGraph, model: MilpModel, bound: float) -> float:
 def _infeasible(graph, budget, method, began, options, **details) -> Solution:
     """No schedule fits: report the smallest budget (``min_budget``, exact unless it runs out
     of the time limit)."""
-    limit = _remaining(options.time_limit, began)
+    limit = time_left(options.time_limit, began)
     smallest = min_budget(graph, SolveOptions(time_limit=limit, threads=options.threads,
                                               seed=options.seed))
     details["min_budget_status"] = smallest.status

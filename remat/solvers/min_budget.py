@@ -18,7 +18,7 @@ from remat.graph.core import RematGraph
 from remat.schedule.rs import cheapest_r, checkpoint_all
 from remat.schedule.simulate import simulate
 from remat.solvers import highs_backend
-from remat.solvers.base import SolveOptions, solver
+from remat.solvers.base import SolveOptions, solver, time_left
 from remat.solvers.bounds import bound_time, peak_lower_bound
 from remat.solvers.descent import descend
 from remat.solvers.milp_model import TIGHT, MilpModel, build_fits
@@ -109,10 +109,10 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
         return MinBudget(peak, peak, "optimal", R, S, time.perf_counter() - began)
     if not exact:
         return MinBudget(peak, floor, "feasible", R, S, time.perf_counter() - began)
-    if not build_fits(graph, _left(options.time_limit, began)):  # the descent's schedule
+    if not build_fits(graph, time_left(options.time_limit, began, 0.1)):  # the descent's schedule
         return MinBudget(peak, floor, "timeout", R, S, time.perf_counter() - began)
     model = MilpModel(graph, None, TIGHT, min_peak=True)
-    left = _left(options.time_limit, began)
+    left = time_left(options.time_limit, began, 0.1)
     result = highs_backend.run(model.arrays(), left, 0.0, options.threads,
                                options.seed, start=model.vector(R, S), verbose=options.verbose)
     if result.x is not None:
@@ -124,11 +124,6 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
     bound = max(floor, _bound_bytes(model, result.bound, peak))
     status = "optimal" if result.status == "optimal" or bound >= peak else "timeout"
     return MinBudget(peak, min(bound, peak), status, R, S, time.perf_counter() - began)
-
-
-def _left(limit: float | None, began: float) -> float | None:
-    """The time left of ``limit`` (at least 0.1 s), None without a limit."""
-    return None if limit is None else max(0.1, limit - (time.perf_counter() - began))
 
 
 def _baseline_time(limit: float | None) -> float:
