@@ -25,7 +25,8 @@ def solve(graph: RematGraph, budget, method: str = "auto", time_limit: float | N
     budget_bytes = parse_budget(budget, graph)
     opts = SolveOptions.from_kwargs(time_limit=time_limit, **options)
     result = solve_fn(graph, budget_bytes, opts)
-    if not result.feasible and result.details.get("interrupted"):
+    if not result.feasible and result.details.get("interrupted") and \
+            not result.proven_infeasible:
         raise KeyboardInterrupt  # Ctrl-C before any schedule: nothing to return
     if not result.feasible:
         raise InfeasibleBudgetError(_infeasible_message(method, budget, budget_bytes, result),

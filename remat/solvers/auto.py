@@ -544,9 +544,9 @@ class Progress:
     best bound found so far, the seconds since auto started and where the news comes from
     (``"method"``: "bound", or a method), on each event of the method running (cp-intervals'
     and milp's incumbents), when it ends (``_run``) and when auto proves a bound
-    (``_bounded``). Without it the events
-    were each method's own, with its own clock (two cp-intervals runs printed 1.8 s, then
-    1.5 s, late in a 20 s call) and nothing while the others ran."""
+    (``_bounded``). Without it the events were each method's own, with its own clock (two
+    cp-intervals runs printed 1.8 s, then 1.5 s, late in a 20 s call), and nothing came
+    while the others ran."""
 
     def __init__(self, report, start: float):
         self.report, self.start = report, start
