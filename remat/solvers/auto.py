@@ -356,9 +356,8 @@ def _search_after_bound(graph: RematGraph, budget: float, options: SolveOptions,
     ended after 23.6 s), or again from its own schedule where it ran before the bound, unless
     that one is optimal within its copies (``optimal_in_class``: a second run would solve the
     same model, or a restriction of it that holds that optimum). [its result]"""
-    best, left = _cheapest(results), deadline - time.perf_counter()
-    if left < LEFT_SECONDS or interrupt.requested() or \
-            not _gap_open(best, known, results, options) or \
+    best, left = _cheapest(results), _left(deadline)
+    if left < LEFT_SECONDS or not _gap_open(best, known, results, options) or \
             any(r.method == "cp-intervals" and r.details.get("optimal_in_class")
                 for r in results):
         return []
@@ -378,9 +377,7 @@ def _bound_left(graph: RematGraph, budget: float, known: float | None,
     of the first 6 s (1.097199); given 40 s the bound is 1.125161 (its moment model solves
     in 30.7 s)."""
     best = _cheapest(results)
-    left = deadline - time.perf_counter()
-    if interrupt.requested():
-        return known
+    left = _left(deadline)
     if not always and (best is None or left < LEFT_SECONDS or
                        best.compute_cost <= _bound(known, results) * (1 + LEFT_GAP)):
         return known
@@ -467,8 +464,8 @@ def _lowest_left(graph: RematGraph, budget: float, options: SolveOptions,
     chains past ``LONG_CHAIN`` (``_run_methods``), where the schedules near the least peak
     recompute O(n^2) nodes: on heterogeneous linear(2048) at its least peak it took 55.6 s
     of the 7.5 s left and found none."""
-    left = deadline - time.perf_counter()
-    if left < LOWEST_LEFT_SECONDS or interrupt.requested():
+    left = _left(deadline)
+    if left < LOWEST_LEFT_SECONDS:
         return []
     lowest = min_budget(graph, replace(options, time_limit=left), exact=False)
     if lowest.peak_memory <= budget:
@@ -526,6 +523,12 @@ def _share(name: str, left: float, later: list[str]) -> float:
     if name == "chain-dp" and later:
         share = min(left / 2, CHAIN_DP_SECONDS)
     return max(share, MIN_STEP_SECONDS)
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline``, 0 once Ctrl-C asked auto to stop (``interrupt.requested``,
+    as ``base.past`` reads it): what is left then goes to nothing."""
+    return 0.0 if interrupt.requested() else deadline - time.perf_counter()
 
 
 def _bound(known: float | None, results: list[Solution]) -> float:

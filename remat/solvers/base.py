@@ -18,7 +18,10 @@ def deadline_of(time_limit: float | None) -> float | None:
 
 def time_left(time_limit: float | None, began: float, least: float = 0.01) -> float | None:
     """Seconds left of ``time_limit`` counted from ``began`` (``time.perf_counter()``), at
-    least ``least``; None without a limit."""
+    least ``least``; None without a limit; ``least`` once Ctrl-C asked the solve to stop
+    (``interrupt.requested``: then no time is left, as for ``past``)."""
+    if requested():
+        return least
     return None if time_limit is None else max(least, time_limit - (time.perf_counter() - began))
 
 

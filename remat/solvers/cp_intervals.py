@@ -44,7 +44,7 @@ from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r
 from remat.schedule.simulate import compute_cost
 from remat.schedule.solution import Solution
-from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions
+from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions, time_left
 from remat.solvers.bounds import bound_time, meets, retention_bound
 from remat.solvers.cpsat import memory_unit, ortools_cp
 from remat.solvers.interrupt import run_cancellable
@@ -165,7 +165,7 @@ class IntervalModel:
                     self.model.add_hint(present, 0)
 
     def recomputations(self, value) -> np.ndarray:
-        """R of a solution (``value``: the solver's or a callback's ``Value``)."""
+        """R of a solution (``value``: the solver's or a callback's ``value``)."""
         size = self.graph.size
         R = np.zeros((size, size), dtype=bool)
         for v, copies_v in enumerate(self.copies):
@@ -194,6 +194,12 @@ def copy_counts(graph: RematGraph, copies: list[int],
             for v in range(size)]
 
 
+def build_fits(graph: RematGraph, copies: list[int], seconds: float | None) -> bool:
+    """Whether ``IntervalModel`` with ``copies`` can be built within ``seconds`` (None: no
+    limit; ``BUILD_SECONDS``), as ``milp_model.build_fits`` for Checkmate's model."""
+    return seconds is None or BUILD_SECONDS * read_literals(graph, copies) <= seconds
+
+
 def read_literals(graph: RematGraph, copies: list[int]) -> int:
     """The literals ``IntervalModel._reads`` makes when asked for ``copies`` per node: one
     per computation of w, input u of w and copy of u; they take most of the model's build."""
@@ -217,8 +223,8 @@ def copies_of(graph: RematGraph, R: np.ndarray) -> list[list[tuple[int, int]]]:
 def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     cp_model = ortools_cp()
     began = time.perf_counter()
-    unlimited = options.time_limit is None  # then the model is built whatever it takes
-    if unlimited:  # a search: without a limit it may never end
+    limit = options.time_limit  # None: the model is built whatever it takes
+    if limit is None:  # a search: without a limit it may never end
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
     if budget < known_floor(graph):  # below the least peak known without a search
         return _least_peak(graph, budget, began, options)
@@ -226,8 +232,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     warm = warm_start(graph, budget, options) if options.warm_start or options.initial else None
     starts = copies_of(graph, warm.R) if warm is not None else [[] for _ in range(graph.size)]
     copies = [max(COPIES, len(s)) for s in starts]
-    if not unlimited and BUILD_SECONDS * read_literals(graph, copies) > \
-            options.time_limit - (time.perf_counter() - began):
+    if not build_fits(graph, copies, time_left(limit, began, 0.0)):
         return unbuilt(graph, budget, warm, "cp-intervals", began, options, known.value)
     built = IntervalModel(graph, budget, copies)
     if warm is not None:

@@ -130,11 +130,11 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     cp_model = ortools_cp()
     start = time.perf_counter()
     memory_unit(graph)  # raises CpSatModelError on fractional sizes, before any work
-    if not build_fits(graph, options.time_limit):  # it converts Checkmate's MILP
-        warm = warm_start(graph, budget, options) if options.warm_start else None
-        return unbuilt(graph, budget, warm, "cpsat", start, options, graph.total_cost)
-    built = CpSatModel(graph, budget)
+    # it converts Checkmate's MILP: built only where that fits in the limit
+    built = CpSatModel(graph, budget) if build_fits(graph, options.time_limit) else None
     warm = warm_start(graph, budget, options) if options.warm_start else None
+    if built is None:
+        return unbuilt(graph, budget, warm, "cpsat", start, options, graph.total_cost)
     if warm is not None:
         built.hint(warm.R, warm.S)
     cp = cp_model.CpSolver()
