@@ -452,6 +452,43 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
                                             time.perf_counter() + 5)) == runs
 
 
+@pytest.mark.parametrize("limit,runs", [(1.6, False), (4.0, True)])
+def test_auto_gives_cp_intervals_no_share_too_short_to_search(monkeypatch, limit, runs):
+    """cp-intervals after retention ran out of time, 5% above the bound (a fake clock:
+    retention uses all of its half, the baselines nothing): with 4 s its quarter (1 s) is
+    enough to search; with 1.6 s its quarter (0.4 s) is under ``CP_LEAST_SECONDS``, and
+    neither it nor the search after the bound (under ``LEFT_SECONDS`` left) runs."""
+    from types import SimpleNamespace
+
+    from remat.solvers import auto
+
+    graph = remat.graphs.random_dag(60)
+    budget = parse_budget("100%", graph)
+    found = solver("checkpoint-all")(graph, budget, SolveOptions()).with_(lower_bound=0.0)
+    clock, given = [0.0], []
+
+    def fake(name):
+        def run(graph, budget, options):
+            if name == "cp-intervals":
+                given.append(options.time_limit)
+            if name in ("retention", "cp-intervals"):
+                clock[0] += options.time_limit
+                return found.with_(method=name, status="timeout")
+            return found.with_(method=name)
+        return run
+
+    def bound(graph, budget, time_limit, threads, enough=None):
+        return SimpleNamespace(value=found.compute_cost / 1.05 if enough is None else enough)
+
+    monkeypatch.setattr(auto, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(auto, "solver", fake)
+    monkeypatch.setattr(auto, "retention_bound", bound)
+    monkeypatch.setattr(auto, "below_floor", lambda *args, **kwargs: None)
+    monkeypatch.setattr(auto, "CP_INSTALLED", True)
+    auto.solve(graph, budget, SolveOptions(time_limit=limit))
+    assert given[:1] == ([pytest.approx(limit / 4)] if runs else [])
+
+
 def test_auto_reports_its_progress_on_its_own_clock():
     """auto's progress: after each method, each bound it proves and each event of the method
     running, the cheapest schedule and best bound so far, the method, and the seconds since

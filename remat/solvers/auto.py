@@ -20,7 +20,8 @@ its local search); then ``milp``, started from the best schedule so far, on grap
 ``MILP_MAX_NODES`` nodes (not ``lp-rounding``, ``_methods``); then, past ``MILP_MAX_NODES``
 on graphs that are not chains, ``cp-intervals`` (a CP-SAT search) from the cheapest schedule
 so far, where that is more than ``CP_GAP`` above the bound: with half the time left where
-retention's search ran out of time (``_search_left``), and with the time the bound leaves
+retention's search ran out of time (``_search_left``; not with less than
+``CP_LEAST_SECONDS``), and with the time the bound leaves
 (``_search_after_bound``).
 Where chain-dp searched its whole class and no milp follows, the rest of the time goes to
 the bound (``_proof_left``); elsewhere too, where the methods end early with the cheapest
@@ -145,6 +146,11 @@ CP_INSTALLED = importlib.util.find_spec("ortools") is not None
 """``cp-intervals`` needs OR-Tools (the ``cp`` extra); auto leaves it out without."""
 NONE_FOUND = "no method found a schedule within the time limit"
 """``details["reason"]`` of auto's "infeasible" where nothing proved it."""
+CP_LEAST_SECONDS = 0.5
+"""The least share of the time for which ``cp-intervals`` gets its turn before the bound:
+below it CP-SAT's start takes most of it (0.29 s on random_dag(500) 10% once the model is
+built). In a sweep with 1 s it never returned the cheapest schedule, and its 0.1 s on U-Net op
+50% took 0.45 s (bench/results/fast_notes.md, session 32)."""
 LOWEST_LEFT_SECONDS = 1.0
 """The least time left worth a search for the least peak when no method found a schedule."""
 MIN_STEP_SECONDS = 0.1
@@ -294,9 +300,10 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
         if best is not None and meets(best.compute_cost, _bound(known, results),
                                       options.mip_rel_gap):
             break  # a bound already proves it: slower methods cannot do better
-        if name == "cp-intervals" and not _search_left(best, known, results, options):
-            continue
         limit = _share(name, deadline - time.perf_counter(), methods[k + 1:])
+        if name == "cp-intervals" and (limit < CP_LEAST_SECONDS or
+                                       not _search_left(best, known, results, options)):
+            continue
         results.append(_run(name, graph, budget, replace(options, initial=best,
                                                         time_limit=limit)))
         if not long:  # there chain-dp's strided schedules leave retention its turn
