@@ -129,3 +129,24 @@ def test_a_solve_stopped_before_any_schedule_says_so(monkeypatch):
     monkeypatch.setattr(api, "solver", lambda name: lambda graph, budget, options: stopped)
     with pytest.raises(KeyboardInterrupt):
         remat.solve(graph, 1.0, method="retention")
+
+
+def test_ctrl_c_before_autos_first_method(monkeypatch):
+    """Ctrl-C while auto looks for the floor, before any method ran (on linear(1024) the
+    first 3.4 s): auto says it stopped before any schedule (it raised ValueError), and the
+    next call runs as usual."""
+    from remat.solvers import auto
+
+    graph = remat.graphs.random_dag(10, seed=1)
+    floor = auto._floor
+
+    def stopped_there(*args):
+        _sigint()
+        return floor(*args)
+
+    monkeypatch.setattr(auto, "_floor", stopped_there)
+    sol = solver("auto")(graph, parse_budget("90%", graph), SolveOptions(time_limit=30))
+    assert not sol.feasible and sol.details["tried"] == []
+    assert sol.details["interrupted"] and sol.details["reason"] == NO_SCHEDULE_YET
+    monkeypatch.setattr(auto, "_floor", floor)
+    assert solver("auto")(graph, parse_budget("90%", graph), SolveOptions(time_limit=30)).feasible

@@ -540,8 +540,10 @@ def _left(deadline: float) -> float:
 
 def _bound(known: float | None, results: list[Solution]) -> float:
     """The best lower bound proved: auto's own (if proved yet) or any method's (an infeasible
-    result's is the sum of costs, which every bound is at least)."""
-    return max([r.lower_bound for r in results] + ([] if known is None else [known]))
+    result's is the sum of costs, which every bound is at least); -inf before any (Ctrl-C
+    before the first method ended)."""
+    return max([r.lower_bound for r in results] + ([] if known is None else [known]),
+               default=-math.inf)
 
 
 def _cheapest(results: list[Solution]) -> Solution | None:
