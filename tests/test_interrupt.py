@@ -150,3 +150,20 @@ def test_ctrl_c_before_autos_first_method(monkeypatch):
     assert sol.details["interrupted"] and sol.details["reason"] == NO_SCHEDULE_YET
     monkeypatch.setattr(auto, "_floor", floor)
     assert solver("auto")(graph, parse_budget("90%", graph), SolveOptions(time_limit=30)).feasible
+
+
+def test_ctrl_c_stops_the_floor_search_and_retentions_first_fit():
+    """After Ctrl-C, the pebbling floor's search (without a time limit) ends at once with the
+    bound it has, not exact (it ran on for 5.7 s of auto's time below MobileNetV2's least
+    peak at module level), and retention solves no knapsack for its first fit (linear(1024)
+    at 10%: 4.3 s of knapsacks after the Ctrl-C, to find no schedule)."""
+    from remat.solvers import peak_floor, retention
+
+    graph = remat.graphs.random_dag(30, seed=2)
+    with interrupt.catching():
+        interrupt._request()
+        floor = peak_floor._search(graph, None)
+        plan = retention.Plan(graph)
+        found = retention._fit(plan, parse_budget("30%", graph), plan.own_costs(), None, None)
+    assert not floor.exact and floor.value <= peak_floor._search(graph, None).value
+    assert found[0] is None and plan.work == 0

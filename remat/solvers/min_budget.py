@@ -136,7 +136,7 @@ def _floor_time(limit: float | None, began: float, exact: bool) -> float:
     (``bound_time``) before the MILP; without ``exact``, what the descent left."""
     if exact or limit is None:
         return bound_time(limit)
-    return max(0.0, began + limit - time.perf_counter())
+    return time_left(limit, began, 0.0)
 
 
 def _bound_bytes(model: MilpModel, bound_units: float, peak: float) -> float:

@@ -49,6 +49,7 @@ import weakref
 from dataclasses import dataclass
 
 from remat.graph.core import RematGraph
+from remat.solvers.base import deadline_of, past
 from remat.solvers.bounds import peak_lower_bound
 
 FIRST_STATES = 100
@@ -133,26 +134,26 @@ def peak_floor(graph: RematGraph, time_limit: float | None = 1.0) -> PeakFloor:
 
 def _search(graph: RematGraph, time_limit: float | None) -> PeakFloor:
     began = time.perf_counter()
-    deadline = math.inf if time_limit is None else began + time_limit
+    deadline = deadline_of(time_limit)
     mem = [float(m) for m in graph.mem]
     own = [float(m) + float(w) for m, w in zip(graph.mem, graph.workspace)]
     inputs = [sum(1 << d for d in graph.deps[v]) for v in range(graph.size)]
     floor = [0.0] * graph.size
     todo, cap = list(range(graph.size)), FIRST_STATES
-    while todo and time.perf_counter() < deadline:
+    while todo and not past(deadline):
         cut = []
         for k, t in enumerate(todo):
             value, done = _bottleneck(t, mem, own, inputs, floor, cap, deadline)
             floor[t] = max(floor[t], value)
             if not done:
                 cut.append(t)
-            if time.perf_counter() >= deadline:
+            if past(deadline):
                 cut += todo[k + 1:]
                 break
         # only the largest F counts: a value some path keeps at or below it is done
         most = max(floor, default=0.0)
         still_open = (t for t in cut if _upper(t, mem, own, inputs) > most)
-        if time.perf_counter() >= deadline:  # no next pass: exact unless one value is open
+        if past(deadline):  # no next pass: exact unless one value is open
             todo = list(itertools.islice(still_open, 1))
             break
         todo = sorted(still_open, key=lambda t: -floor[t])
@@ -162,7 +163,7 @@ def _search(graph: RematGraph, time_limit: float | None) -> PeakFloor:
 
 
 def _bottleneck(target: int, mem: list[float], own: list[float], inputs: list[int],
-                floor: list[float], cap: int, deadline: float) -> tuple[float, bool]:
+                floor: list[float], cap: int, deadline: float | None) -> tuple[float, bool]:
     """(F(target), True), or (a lower bound on it, False) when cut after ``cap`` sets or at
     ``deadline``. A set is a bit mask of values alive at once; its key is the largest memory
     on the best path to it so far, raised by its values' ``floor``."""
@@ -179,7 +180,7 @@ def _bottleneck(target: int, mem: list[float], own: list[float], inputs: list[in
         if _dominated(alive, key, best):
             continue
         popped += 1
-        if popped > cap or (not popped % 64 and time.perf_counter() > deadline):
+        if popped > cap or (not popped % 64 and past(deadline)):
             return key, False
         for a in _bits(alive):
             before = (alive & ~(1 << a)) | inputs[a]

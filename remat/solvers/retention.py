@@ -49,6 +49,7 @@ from remat.schedule.rs import checkpoint_all, tighten
 from remat.schedule.simulate import nonzero, simulate
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions, past
+from remat.solvers.interrupt import requested
 from remat.solvers.bounds import (bound_time, gaps, meets, retained,
                                   retention_bound, runs, stage_room)
 from remat.solvers.descent import descend
@@ -129,7 +130,7 @@ def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
     rooms = [full] * REPAIRS + [floor + scale * (full - floor) for scale in SCALES[1:]]
     kept, tries, cut = None, 0, np.zeros(graph.size)
     for attempt, room in enumerate(rooms):
-        if past(deadline) and tries:
+        if past(deadline) and (tries or requested()):  # a first fit even late, unless Ctrl-C
             break
         limit = 2.0 if deadline is None else max(0.1, min(2.0, deadline - time.perf_counter()))
         room = np.maximum(room - cut, 0.0) if attempt < REPAIRS else room
