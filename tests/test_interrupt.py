@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -19,6 +21,20 @@ from remat.solvers.base import NO_SCHEDULE_YET
 
 def _sigint() -> None:
     os.kill(os.getpid(), signal.SIGINT)
+
+
+def _sigint_later(seconds: float, run):
+    """``run()`` with a SIGINT sent from another process after ``seconds`` (a thread of this
+    one would wait for the GIL, which chain-dp's C code holds); the SIGINT is ignored if it
+    comes after ``run()`` ended. [run()'s result, its seconds]."""
+    killer = subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -INT {os.getpid()}"])
+    began = time.perf_counter()
+    try:
+        return run(), time.perf_counter() - began
+    finally:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        killer.wait()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_stops_auto_with_the_cheapest_schedule_so_far():
@@ -167,3 +183,25 @@ def test_ctrl_c_stops_the_floor_search_and_retentions_first_fit():
         found = retention._fit(plan, parse_budget("30%", graph), plan.own_costs(), None, None)
     assert not floor.exact and floor.value <= peak_floor._search(graph, None).value
     assert found[0] is None and plan.work == 0
+
+
+def test_ctrl_c_stops_chain_dp_in_its_c_code():
+    """SIGINT 1 s into chain-dp's C recursion on linear(384) at 10%, without a time limit (the
+    persistent recursion alone takes 3-18 s there): chain-dp returns at once, marked
+    interrupted, with no schedule (it raised KeyboardInterrupt); and 0.5 s into the C
+    least-peak tables of linear(1000) (2.1 s), they stop and ``least_peak`` says so with
+    None (they ran to their end)."""
+    from remat.solvers import chain_dp
+
+    if not chain_dp.COMPILED:
+        pytest.skip("chain-dp's C extension is not built")
+    graph = remat.graphs.linear(384)
+    chain_dp.forget_states()
+    sol, seconds = _sigint_later(1.0, lambda: solver("chain-dp")(
+        graph, parse_budget("10%", graph), SolveOptions()))
+    assert not sol.feasible and sol.details["interrupted"]
+    assert sol.details["reason"] == NO_SCHEDULE_YET and seconds < 5
+    longer = remat.graphs.linear(1000)
+    with interrupt.catching():
+        least, seconds = _sigint_later(0.5, lambda: chain_dp.least_peak(longer))
+    assert least is None and seconds < 1.5

@@ -924,6 +924,7 @@ static PyObject *least_peak(PyObject *self, PyObject *args) {
                     cost[AT(top, i, i)] = sc[top * n + i];
                 }
             for (Py_ssize_t length = 1; length < n; length++) {
+                if (PyErr_CheckSignals() < 0) break; /* Ctrl-C: its exception, no tables */
                 for (Py_ssize_t s = 0; s + length < n; s++) {
                     Py_ssize_t t = s + length;
                     double offset = b[s] + a[t];
@@ -962,7 +963,8 @@ static PyObject *least_peak(PyObject *self, PyObject *args) {
 #undef AT
             Py_ssize_t doubles = (Py_ssize_t)(cells * sizeof(double));
             Py_ssize_t ints = (Py_ssize_t)(cells * sizeof(int));
-            out = Py_BuildValue("y#y#y#y#", (const char *)peak, doubles, (const char *)cost,
+            if (!PyErr_Occurred())
+                out = Py_BuildValue("y#y#y#y#", (const char *)peak, doubles, (const char *)cost,
                                 doubles, (const char *)first, ints, (const char *)keep, ints);
         }
     } else if (!PyErr_Occurred()) {

@@ -424,8 +424,9 @@ def _floor(graph: RematGraph, budget: float, options: SolveOptions,
         if persistent_fits(chain_of(graph), float(budget) - graph.static_mem,
                            time.perf_counter() + seconds):
             return None
-    if after is not None:
-        reached(graph, least_peak(graph))
+    least = least_peak(graph) if after is not None else None
+    if least is not None:  # (None: Ctrl-C stopped it)
+        reached(graph, least)
     return below_floor(graph, budget, options.time_limit)
 
 

@@ -132,13 +132,7 @@ def solver(name: str) -> SolverFn:
     if name not in _REGISTRY:
         raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(method_names())}")
     solve = importlib.import_module(_REGISTRY[name]).solve
-    return solve if name in UNSTOPPABLE else _stoppable(solve)
-
-
-UNSTOPPABLE = ("chain-dp",)
-"""Methods that Ctrl-C does not stop early: chain-dp's recursions (C or Python) check only
-their own deadline (within them Ctrl-C raises KeyboardInterrupt as before; auto gives them a
-share of its time, at most ``auto.CHAIN_DP_SECONDS``)."""
+    return _stoppable(solve)
 
 
 def _stoppable(solve: SolverFn) -> SolverFn:

@@ -113,6 +113,7 @@ as the simulator counts it.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import sys
@@ -130,6 +131,7 @@ from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r
 from remat.schedule.solution import Solution
 from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions, past
+from remat.solvers import interrupt
 from remat.solvers.bounds import bound_time, forcing_time, meets, retention_bound
 
 try:  # the recursions in C (setup.py builds them); else the Python ones below
@@ -415,7 +417,7 @@ class _ChainDP:
                 steps.high[i] = budget
                 return steps.answer(i)
             self.solves += 1
-            if self.deadline and not self.solves & 1023 and time.perf_counter() > self.deadline:
+            if not self.solves & 1023 and past(self.deadline):  # or Ctrl-C
                 raise _OutOfTime
             cost, peak, choice = split(*state, budget, cutoff, below)
             if choice is None and cutoff < INF:
@@ -700,7 +702,12 @@ class _ChainDP:
         the least peak, not the cheapest one. Cached per chain, like the DP's tables (auto's
         least-peak record, chain-dp's least peak and its fallback read them)."""
         use_c = compiled and COMPILED
-        return _kept(_LEAST_TABLES, (self.c, use_c), lambda: self._least_peak_tables(use_c))
+        found = _LEAST_TABLES.get((self.c, use_c))
+        if found is None:
+            with interrupt.stopping(_OutOfTime):  # Ctrl-C: out of time, nothing kept
+                found = _kept(_LEAST_TABLES, (self.c, use_c),
+                              lambda: self._least_peak_tables(use_c))
+        return found
 
     def _least_peak_tables(self, use_c: bool):
         n, fp = self.n, np.array(self.fp)
@@ -1115,7 +1122,8 @@ class _Compiled:
             state = _kept_state(chain, tables)
         seconds = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
         try:
-            found = _chain_dp_c.solve(state, float(budget), float(cutoff), seconds)
+            with interrupt.stopping(_OutOfTime):  # Ctrl-C: out of time, the stores kept
+                found = _chain_dp_c.solve(state, float(budget), float(cutoff), seconds)
         except (RuntimeError, MemoryError):
             _drop_state(chain, state)
             raise
@@ -1186,9 +1194,10 @@ class Ahead:
             return self.current
 
     def wait(self, deadline: float | None) -> None:
-        """Until the recursion ends, or ``deadline``, then stop it."""
-        if self.thread is not None:
-            self.thread.join(None if deadline is None else max(deadline - time.perf_counter(), 0))
+        """Until the recursion ends, or ``deadline`` (or Ctrl-C, ``past``), then stop it."""
+        thread = self.thread
+        while thread is not None and thread.is_alive() and not past(deadline):
+            thread.join(WAIT_POLL_SECONDS)
         self.stop()
 
     def stop(self) -> None:
@@ -1208,6 +1217,8 @@ class Ahead:
 
 _AHEAD: dict[Chain, Ahead] = {}
 """The recursions running ahead (``Ahead``), by chain."""
+WAIT_POLL_SECONDS = 0.1
+"""How often ``Ahead.wait`` looks for Ctrl-C while it waits."""
 
 
 def layer_kinds(chain: Chain) -> int:
@@ -1250,7 +1261,8 @@ def _strided_state(tables: _ChainDP, stride: int):
                                  stored.tobytes())
 
 
-def _strided_passes(tables: _ChainDP, free_mem: float, deadline: float, begin=None) -> float:
+def _strided_passes(tables: _ChainDP, free_mem: float, deadline: float | None,
+                    begin=None) -> float:
     """The strided recursions of ``strides(n)`` in turn, each until ``deadline`` and recorded
     (``_strided``); the least cost found (inf if none). ``begin``: ``Ahead._begin`` (its
     thread: the recursions run without the GIL and stop when it is stopped), else they run
@@ -1262,7 +1274,8 @@ def _strided_passes(tables: _ChainDP, free_mem: float, deadline: float, begin=No
             state = make() if begin is None else begin(make)
             if state is None:  # stopped
                 break
-            found = _strided(tables, state, free_mem, deadline - time.perf_counter(), stride,
+            seconds = None if deadline is None else deadline - time.perf_counter()
+            found = _strided(tables, state, free_mem, seconds, stride,
                              threaded=begin is not None)
         except (RuntimeError, MemoryError):
             continue
@@ -1271,12 +1284,17 @@ def _strided_passes(tables: _ChainDP, free_mem: float, deadline: float, begin=No
     return least
 
 
-def _strided(tables: _ChainDP, state, free_mem: float, seconds: float, stride: int,
+def _strided(tables: _ChainDP, state, free_mem: float, seconds: float | None, stride: int,
              threaded: bool = False) -> tuple[float, list[tuple[int, int]]] | None:
     """(cost, forward recomputations) of the cheapest schedule of the strided recursion
     ``state`` (``_strided_state``) within ``free_mem`` (usable), recorded for ``_fallback``
-    (``_STRIDED``); None where none fits or past ``seconds``."""
-    found = _chain_dp_c.solve(state, free_mem, INF, max(seconds, 0.0), threaded)
+    (``_STRIDED``); None where none fits, past ``seconds`` (None: no limit) or on Ctrl-C."""
+    seconds = -1.0 if seconds is None else max(seconds, 0.0)  # (C: < 0 is no limit)
+    try:
+        with contextlib.nullcontext() if threaded else interrupt.stopping(_OutOfTime):
+            found = _chain_dp_c.solve(state, free_mem, INF, seconds, threaded)
+    except _OutOfTime:  # Ctrl-C
+        return None
     if found is None or found[1] == INF:
         return None
     ops: list[tuple[int, int]] = []
@@ -1357,8 +1375,9 @@ def search_below(chain: Chain, free_mem: float, cost: float, persistent: "_Chain
 
 def min_free_mem(chain: Chain, deadline: float | None = None) -> float:
     """The smallest peak above static memory of any schedule of ``chain`` in the DP's class
-    (past ``deadline``: of any persistent schedule, an upper bound); each probe of the
-    bisection in C where built (a fresh search per probe), else in one Python DP."""
+    (past ``deadline``: of any persistent schedule, an upper bound; inf where Ctrl-C came
+    before either was known); each probe of the bisection in C where built (a fresh search per
+    probe), else in one Python DP."""
     def compiled(budget: float) -> tuple[float, float]:
         found = _Compiled(chain, budget, deadline, extended=True)
         return found.cost, found.peak
@@ -1368,7 +1387,10 @@ def min_free_mem(chain: Chain, deadline: float | None = None) -> float:
         return _ChainDP(chain, deadline=deadline).min_peak(whole_sizes(chain),
                                                             compiled if COMPILED else None)
     except _OutOfTime:
-        return _ChainDP(chain)._persistent_min_peak()
+        try:
+            return _ChainDP(chain)._persistent_min_peak()
+        except _OutOfTime:  # Ctrl-C before its tables were made: nothing known
+            return INF
     finally:
         sys.setrecursionlimit(limit)
 
@@ -1394,8 +1416,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     chain = chain_of(graph)
     if deadline is not None and strided_only(chain):
         # a persistent schedule's least peak: below it none of this class fits
-        least = least_peak(graph) if chain.n <= LEAST_PEAK_LAYERS else -INF
-        if budget < least:
+        least = least_peak(graph) if chain.n <= LEAST_PEAK_LAYERS else None
+        if least is not None and budget < least:
             return Solution.infeasible(graph, "chain-dp", budget, min_budget=least,
                                        solve_time=time.perf_counter() - start)
         _wait_for(chain, deadline)
@@ -1415,7 +1437,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         cost, dp = search_below(chain, free_mem, cost, dp, deadline)
     if cost == INF:
         least = graph.static_mem + min_free_mem(chain, deadline)
-        return Solution.infeasible(graph, "chain-dp", budget, min_budget=least,
+        return Solution.infeasible(graph, "chain-dp", budget,
+                                   min_budget=least if least < INF else None,
                                    solve_time=time.perf_counter() - start)
     R, S = schedule(graph, dp, free_mem)
     if known is None or not meets(cost, known.value):  # the time left goes to the proof
@@ -1457,8 +1480,9 @@ def _before(start: float, deadline: float | None, reserve: float) -> float | Non
 
 
 def _fallback(graph: RematGraph, chain: Chain, budget: float, start: float,
-              deadline: float) -> Solution:
-    """What ``solve`` returns when its time ran out before the persistent recursion finished:
+              deadline: float | None) -> Solution:
+    """What ``solve`` returns when its time ran out (or Ctrl-C came) before the persistent
+    recursion finished:
     the cheapest that fits of the least-peak persistent schedule (``least_peak_tables``; up to
     ``LEAST_PEAK_LAYERS``), the strided recursions' (``strides``: those ``Ahead`` recorded at
     this budget, else, in C, run here within the time left) and, except on ``strided_only``
@@ -1469,13 +1493,16 @@ def _fallback(graph: RematGraph, chain: Chain, budget: float, start: float,
     with the trivial bound (every node once); no schedule if none fits."""
     free_mem = float(budget) - graph.static_mem
     dp, strided = _ChainDP(chain, extended=False), strided_only(chain)
-    found = _fitting(graph, budget, dp.least_peak_ops, "least-peak") \
-        if chain.n <= LEAST_PEAK_LAYERS else []
+    found = []
+    if chain.n <= LEAST_PEAK_LAYERS:
+        with contextlib.suppress(_OutOfTime):  # Ctrl-C before the tables were made
+            found = _fitting(graph, budget, dp.least_peak_ops, "least-peak")
     for _, stride, ops in _strided_at(dp, usable(chain, free_mem), deadline):
         found += _fitting(graph, budget, lambda out, ops=ops: out.extend(ops),
                           f"strided-{stride}")
     took, levels = 0.0, GRADED_LEVELS
-    while not strided and free_mem > 0 and time.perf_counter() + 2.2 * took < deadline:
+    while not strided and free_mem > 0 and not past(deadline) and \
+            (deadline is None or time.perf_counter() + 2.2 * took < deadline):
         began = time.perf_counter()
         try:
             graded = _Graded(dp, free_mem, levels, deadline)
@@ -1494,7 +1521,7 @@ def _fallback(graph: RematGraph, chain: Chain, budget: float, start: float,
     return replace(best, solve_time=time.perf_counter() - start)
 
 
-def _strided_at(tables: _ChainDP, free_mem: float, deadline: float) -> list[tuple]:
+def _strided_at(tables: _ChainDP, free_mem: float, deadline: float | None) -> list[tuple]:
     """The strided schedules recorded at ``free_mem`` (``_STRIDED``); where there are none,
     those of the strided recursions run now, in C, each until ``deadline``."""
     kept = [record for record in _STRIDED.get(tables.c, ()) if record[0] == free_mem]
@@ -1504,14 +1531,17 @@ def _strided_at(tables: _ChainDP, free_mem: float, deadline: float) -> list[tupl
     return [record for record in _STRIDED.get(tables.c, ()) if record[0] == free_mem]
 
 
-def least_peak(graph: RematGraph) -> float:
+def least_peak(graph: RematGraph) -> float | None:
     """The simulated peak (bytes, static included) of the chain's least-peak persistent
     schedule (``least_peak_tables``, in C, then the simulator; unit chains, tables included):
     0.03 s at 128 layers, 0.13 s at 256, 0.32 s at 384, 0.57 s at 512 (numpy: 0.13 s at 128,
-    0.66 s at 256, 2 s at 512). Cached per graph."""
+    0.66 s at 256, 2 s at 512). Cached per graph. None where Ctrl-C stopped the tables."""
     if graph not in _LEAST_PEAK:
         dp = _ChainDP(chain_of(graph), extended=False)
-        found = _fitting(graph, math.inf, dp.least_peak_ops, "least-peak")
+        try:
+            found = _fitting(graph, math.inf, dp.least_peak_ops, "least-peak")
+        except _OutOfTime:
+            return None
         _LEAST_PEAK[graph] = found[0].peak_memory
     return _LEAST_PEAK[graph]
 

@@ -1,6 +1,6 @@
 """Ctrl-C during a solve: stop early and keep the best schedule found, instead of losing it.
 
-Every method but chain-dp runs within ``catching()`` (``base.solver``): a first Ctrl-C is
+Every method runs within ``catching()`` (``base.solver``): a first Ctrl-C is
 remembered (``requested``) instead of raising, every loop that checks ``base.past`` then ends
 as if out of time, a HiGHS solve (``highs_backend``) or CP-SAT search (``run_cancellable``)
 in progress or started later is cancelled and returns what it has, and the method returns its
@@ -8,10 +8,10 @@ best schedule, marked (``base._stopped``: status "timeout", ``details["interrupt
 second Ctrl-C raises KeyboardInterrupt, except while HiGHS or CP-SAT runs: there it cancels
 again and the run ends at the backend's next check. A loop over solves (a sweep, ``remat
 solve --method all``, the demo) stops after a result marked interrupted, keeping the results
-so far. chain-dp's recursions (C or Python) check only their own deadline, so Ctrl-C raises
-KeyboardInterrupt there as before; within auto they end at the share auto gave them. The
-flag is shared by all threads (solves run in the main thread; chain-dp's ``Ahead`` thread
-never enters a scope).
+so far. chain-dp's C code checks for signals but cannot read the flag: around it
+``stopping`` turns a Ctrl-C into chain-dp's own "out of time" (its Python recursion reads
+``past``). The flag is shared by all threads (solves run in the main thread; chain-dp's
+``Ahead`` thread never enters a scope, and auto stops it).
 """
 from __future__ import annotations
 
@@ -67,6 +67,26 @@ def catching() -> Iterator[None]:
         _DEPTH[0] -= 1
         if _DEPTH[0] == 0:
             _STOP.clear()
+
+
+@contextlib.contextmanager
+def stopping(error: type[Exception]) -> Iterator[None]:
+    """Within a ``catching()`` scope, around native code that checks for signals but cannot
+    read ``requested`` (chain-dp's C recursions and least-peak tables): a Ctrl-C there, or one
+    requested before it starts, raises ``error``, which the caller treats as out of time.
+    Outside any scope nothing changes (Ctrl-C raises KeyboardInterrupt)."""
+    if _DEPTH[0] == 0:
+        yield
+        return
+    if _STOP.is_set():
+        raise error
+
+    def on_sigint(signum, frame) -> None:
+        _STOP.set()
+        raise error
+
+    with _sigint(on_sigint):
+        yield
 
 
 def run_cancellable(work: Callable[[], object], cancel: Callable[[], None]
