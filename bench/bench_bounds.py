@@ -102,6 +102,8 @@ def chain_rows(limit, sizes=(8, 16, 32, 64, 128), methods=("chain-dp",)):
             graph = remat.graphs.linear(n, unit=unit)
             least = solver("chain-dp")(graph, 0.0, SolveOptions()).min_budget \
                 if n <= LEAST_PEAK_LAYERS else peak_lower_bound(graph)
+            if interrupt.requested():  # Ctrl-C (main's scope): no least peak, no rows
+                return
             for fraction in (0.0, 0.1, 0.3, 0.6):
                 budget = least + fraction * (checkpoint_all_peak(graph) - least)
                 for method in methods:
@@ -113,6 +115,8 @@ def chain_rows(limit, sizes=(8, 16, 32, 64, 128), methods=("chain-dp",)):
                                bound=_rel(sol.lower_bound, graph.total_cost),
                                gap=sol.compute_cost / sol.lower_bound - 1,
                                seconds=round(wall, 3), chosen=sol.details.get("chosen"))
+                    if interrupt.requested():
+                        return
 
 
 ROWS = ("bound", "milp-plain", "retention", "best-classic", "cp-intervals", "auto")
@@ -212,23 +216,24 @@ def main(argv=None) -> None:
         selected = [item for item in selected if item[0] in keep]
     rows: list[dict] = []
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    if "chains" in args.graphs.split(","):
-        sizes = tuple(int(n) for n in args.chain_sizes.split(","))
-        for row in chain_rows(args.time_limit, sizes, tuple(args.chain_methods.split(","))):
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-        write(rows, args)
     with interrupt.catching():  # Ctrl-C: stop after the row it cuts short
+        if "chains" in args.graphs.split(","):
+            sizes = tuple(int(n) for n in args.chain_sizes.split(","))
+            for row in chain_rows(args.time_limit, sizes, tuple(args.chain_methods.split(","))):
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            write(rows, args)
         for name, graph, percent in ((n, g, p) for n, g in selected
                                      for p in args.budgets.split(",")):
+            if interrupt.requested():
+                break
             for row in rows_for(name, graph, percent, args.time_limit, args.plain_max_nodes,
                                 tuple(args.methods.split(","))):
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             write(rows, args)
-            if interrupt.requested():
-                print("interrupted: the sweep stops here", file=sys.stderr, flush=True)
-                break
+        if interrupt.requested():
+            print("interrupted: the sweep stops here", file=sys.stderr, flush=True)
     plot(rows, args.output + ".png")
 
 

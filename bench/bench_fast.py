@@ -137,7 +137,7 @@ def run_strided(sizes, limit, stem, log=sys.stderr) -> list[dict]:
                         cost, status = persistent_cost(chain, free, start + limit)[0], "optimum"
                     else:
                         found = chain_dp._strided(tables, chain_dp._strided_state(tables, stride),
-                                                  free, limit, stride)
+                                                  free, time.perf_counter() + limit, stride)
                         cost = None if found is None else found[0]
                         status = "no schedule" if found is None else "schedule"
                 except _OutOfTime:

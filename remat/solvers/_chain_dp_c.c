@@ -566,7 +566,7 @@ static Answer lookup(DP *dp, Steps *st, int kind, Py_ssize_t s, Py_ssize_t t, in
                 dp->failure = 1;
                 longjmp(dp->fail, 1);
             }
-            if (!dp->threaded && PyErr_CheckSignals() < 0) { /* Ctrl-C: KeyboardInterrupt */
+            if (!dp->threaded && PyErr_CheckSignals() < 0) { /* Ctrl-C: its handler raised */
                 dp->failure = 4;
                 longjmp(dp->fail, 1);
             }
@@ -983,7 +983,7 @@ static PyMethodDef methods[] = {
      "segments, extended) -> a recursion whose stores solve() keeps"},
     {"solve", solve, METH_VARARGS,
      "solve(state, budget, cutoff, seconds, threaded=False) -> None past the time limit, else "
-     "(cost, peak, solves, sweeps)"},
+     "(cost, peak, solves, sweeps); unthreaded, a signal handler's exception is raised"},
     {"stop", stop, METH_VARARGS,
      "stop(state, flag): while flag is true, solve() ends as past its time limit"},
     {"least_peak", least_peak, METH_VARARGS,

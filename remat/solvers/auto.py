@@ -256,7 +256,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     floor = None if proven else _floor(graph, budget, options, after)
     if floor is not None:
         return _below_floor(graph, budget, floor, options, start, _long_chain(graph, after))
-    ahead = Ahead(graph, budget, deadline) if after else None
+    ahead = Ahead(graph, budget, deadline) if after and not interrupt.requested() else None
     try:
         return _run_methods(graph, budget, options, start, deadline, after, tried)
     finally:

@@ -771,7 +771,8 @@ class _Graded:
     every part above a checkpoint gets its budget less the checkpoint's size rounded up to
     whole steps. So its schedules fit (exactly as ``best`` prices them) and cost at least the
     persistent optimum; O(n^3 * levels) array work (16 levels: 0.5-0.8 s at 192 layers, 5-8 s
-    at 384). Raises ``_OutOfTime`` past ``deadline`` (checked once per segment length)."""
+    at 384). Raises ``_OutOfTime`` past ``deadline`` or on Ctrl-C (checked once per segment
+    length)."""
 
     def __init__(self, dp: _ChainDP, free_mem: float, levels: int,
                  deadline: float | None = None):
@@ -1074,7 +1075,7 @@ def distinct_segments(chain: Chain) -> int:
 def persistent_cost(chain: Chain, free_mem: float, deadline: float | None = None,
                     compiled: bool = True) -> tuple[float, "_ChainDP | _Compiled"]:
     """The least cost of a persistent schedule (Rotor's class; fast), and its DP. Raises
-    ``_OutOfTime`` past ``deadline``. ``compiled``: by the C recursion where it was built
+    ``_OutOfTime`` past ``deadline``, or on Ctrl-C within a ``catching()`` scope. ``compiled``: by the C recursion where it was built
     (``_Compiled``; heterogeneous chains: 0.03-0.06 s at n = 128, 0.8-2.5 s at 256, 3-18 s at
     384), else by the Python one (~2 s at n = 128, 12-38 s at 192, 59-95 s at 256,
     bench/results/fast_notes.md, sessions 10 and 16)."""
@@ -1107,7 +1108,8 @@ class _Compiled:
     finished before, including those of a call that ran out of time. The full class starts
     cold each time: its searches are mostly proofs below a cutoff, and kept stores made them
     slower (linear(128, unit) at 5% of the range: 1.43 s cold, 1.64-2.15 s after other
-    budgets, with fewer solves: session 17). Raises ``_OutOfTime`` past ``deadline``."""
+    budgets, with fewer solves: session 17). Raises ``_OutOfTime`` past ``deadline``, or on
+    Ctrl-C within a ``catching()`` scope (``interrupt.stopping``)."""
 
     def __init__(self, chain: Chain, budget: float, deadline: float | None,
                  extended: bool = False, cutoff: float = INF):
@@ -1120,7 +1122,7 @@ class _Compiled:
         else:
             _wait_for(chain, deadline)
             state = _kept_state(chain, tables)
-        seconds = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
+        seconds = _seconds_to(deadline)
         try:
             with interrupt.stopping(_OutOfTime):  # Ctrl-C: out of time, the stores kept
                 found = _chain_dp_c.solve(state, float(budget), float(cutoff), seconds)
@@ -1269,13 +1271,14 @@ def _strided_passes(tables: _ChainDP, free_mem: float, deadline: float | None,
     here. A failing one (memory, a C state error) is skipped: these are fallbacks."""
     least = INF
     for stride in strides(tables.n):
+        if past(deadline):  # (or Ctrl-C: no state built for nothing)
+            break
         try:
             make = functools.partial(_strided_state, tables, stride)
             state = make() if begin is None else begin(make)
             if state is None:  # stopped
                 break
-            seconds = None if deadline is None else deadline - time.perf_counter()
-            found = _strided(tables, state, free_mem, seconds, stride,
+            found = _strided(tables, state, free_mem, deadline, stride,
                              threaded=begin is not None)
         except (RuntimeError, MemoryError):
             continue
@@ -1284,12 +1287,12 @@ def _strided_passes(tables: _ChainDP, free_mem: float, deadline: float | None,
     return least
 
 
-def _strided(tables: _ChainDP, state, free_mem: float, seconds: float | None, stride: int,
+def _strided(tables: _ChainDP, state, free_mem: float, deadline: float | None, stride: int,
              threaded: bool = False) -> tuple[float, list[tuple[int, int]]] | None:
     """(cost, forward recomputations) of the cheapest schedule of the strided recursion
     ``state`` (``_strided_state``) within ``free_mem`` (usable), recorded for ``_fallback``
-    (``_STRIDED``); None where none fits, past ``seconds`` (None: no limit) or on Ctrl-C."""
-    seconds = -1.0 if seconds is None else max(seconds, 0.0)  # (C: < 0 is no limit)
+    (``_STRIDED``); None where none fits, past ``deadline`` (None: no limit) or on Ctrl-C."""
+    seconds = _seconds_to(deadline)
     try:
         with contextlib.nullcontext() if threaded else interrupt.stopping(_OutOfTime):
             found = _chain_dp_c.solve(state, free_mem, INF, seconds, threaded)
@@ -1326,6 +1329,11 @@ def _drop_state(chain: Chain, state) -> None:
         _STATES.pop(chain)
 
 
+def _seconds_to(deadline: float | None) -> float:
+    """The C recursion's time limit for ``deadline``: seconds left, -1 for none."""
+    return -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
+
+
 def _wait_for(chain: Chain, deadline: float | None) -> None:
     """A recursion running ahead on ``chain``: wait for it (``Ahead.wait``)."""
     ahead = _AHEAD.get(chain)
@@ -1352,8 +1360,8 @@ def search_below(chain: Chain, free_mem: float, cost: float, persistent: "_Chain
                  compiled: bool = True) -> tuple[float, "_ChainDP | _Compiled"]:
     """Search the full class for a schedule cheaper than ``cost`` (the persistent optimum);
     its cutoff makes the search mostly a proof. Returns the least cost and the DP holding its
-    schedule (``complete`` True); past ``deadline`` (a ``time.perf_counter()`` value) the
-    persistent answer, ``complete`` False."""
+    schedule (``complete`` True); past ``deadline`` (a ``time.perf_counter()`` value, or
+    Ctrl-C) the persistent answer, ``complete`` False."""
     budget, cutoff = usable(chain, free_mem), cost * (1 - 1e-12)
     limit = _deep_recursion(chain)
     try:
@@ -1493,10 +1501,7 @@ def _fallback(graph: RematGraph, chain: Chain, budget: float, start: float,
     with the trivial bound (every node once); no schedule if none fits."""
     free_mem = float(budget) - graph.static_mem
     dp, strided = _ChainDP(chain, extended=False), strided_only(chain)
-    found = []
-    if chain.n <= LEAST_PEAK_LAYERS:
-        with contextlib.suppress(_OutOfTime):  # Ctrl-C before the tables were made
-            found = _fitting(graph, budget, dp.least_peak_ops, "least-peak")
+    found = _least_peak_schedule(graph, dp, budget) if chain.n <= LEAST_PEAK_LAYERS else []
     for _, stride, ops in _strided_at(dp, usable(chain, free_mem), deadline):
         found += _fitting(graph, budget, lambda out, ops=ops: out.extend(ops),
                           f"strided-{stride}")
@@ -1537,16 +1542,24 @@ def least_peak(graph: RematGraph) -> float | None:
     0.03 s at 128 layers, 0.13 s at 256, 0.32 s at 384, 0.57 s at 512 (numpy: 0.13 s at 128,
     0.66 s at 256, 2 s at 512). Cached per graph. None where Ctrl-C stopped the tables."""
     if graph not in _LEAST_PEAK:
-        dp = _ChainDP(chain_of(graph), extended=False)
-        try:
-            found = _fitting(graph, math.inf, dp.least_peak_ops, "least-peak")
-        except _OutOfTime:
+        found = _least_peak_schedule(graph, _ChainDP(chain_of(graph), extended=False),
+                                     math.inf)
+        if not found:
             return None
         _LEAST_PEAK[graph] = found[0].peak_memory
     return _LEAST_PEAK[graph]
 
 
 _LEAST_PEAK: "weakref.WeakKeyDictionary[RematGraph, float]" = weakref.WeakKeyDictionary()
+
+
+def _least_peak_schedule(graph: RematGraph, dp: _ChainDP, budget: float) -> list[Solution]:
+    """[the least-peak persistent schedule] (``_fitting``), or [] where it does not fit or
+    Ctrl-C stopped its tables."""
+    try:
+        return _fitting(graph, budget, dp.least_peak_ops, "least-peak")
+    except _OutOfTime:
+        return []
 
 
 def _fitting(graph: RematGraph, budget: float, fill, name: str) -> list[Solution]:

@@ -41,8 +41,9 @@ def _sigint(handler) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
+    previous = signal.getsignal(signal.SIGINT)
+    try:  # (a signal pending at the swap runs ``handler`` at once: it may raise)
+        signal.signal(signal.SIGINT, handler)
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -78,14 +79,18 @@ def stopping(error: type[Exception]) -> Iterator[None]:
     if _DEPTH[0] == 0:
         yield
         return
-    if _STOP.is_set():
-        raise error
+    raised = []
 
     def on_sigint(signum, frame) -> None:
         _STOP.set()
-        raise error
+        if not raised:  # once: another Ctrl-C while ``error`` unwinds only sets the flag
+            raised.append(True)
+            raise error
 
     with _sigint(on_sigint):
+        if _STOP.is_set():  # requested before, or as the handler went in
+            raised.append(True)
+            raise error
         yield
 
 
