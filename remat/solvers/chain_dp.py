@@ -130,8 +130,8 @@ from remat.errors import RematError, UnsupportedGraphError
 from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r
 from remat.schedule.solution import Solution
-from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions, past
 from remat.solvers import interrupt
+from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions, past
 from remat.solvers.bounds import bound_time, forcing_time, meets, retention_bound
 
 try:  # the recursions in C (setup.py builds them); else the Python ones below
@@ -1075,10 +1075,11 @@ def distinct_segments(chain: Chain) -> int:
 def persistent_cost(chain: Chain, free_mem: float, deadline: float | None = None,
                     compiled: bool = True) -> tuple[float, "_ChainDP | _Compiled"]:
     """The least cost of a persistent schedule (Rotor's class; fast), and its DP. Raises
-    ``_OutOfTime`` past ``deadline``, or on Ctrl-C within a ``catching()`` scope. ``compiled``: by the C recursion where it was built
-    (``_Compiled``; heterogeneous chains: 0.03-0.06 s at n = 128, 0.8-2.5 s at 256, 3-18 s at
-    384), else by the Python one (~2 s at n = 128, 12-38 s at 192, 59-95 s at 256,
-    bench/results/fast_notes.md, sessions 10 and 16)."""
+    ``_OutOfTime`` past ``deadline``, or on Ctrl-C within a ``catching()`` scope.
+    ``compiled``: by the C recursion where it was built (``_Compiled``; heterogeneous chains:
+    0.03-0.06 s at n = 128, 0.8-2.5 s at 256, 3-18 s at 384), else by the Python one (~2 s
+    at n = 128, 12-38 s at 192, 59-95 s at 256, bench/results/fast_notes.md, sessions 10 and
+    16)."""
     if compiled and COMPILED:
         persistent = _Compiled(chain, usable(chain, free_mem), deadline)
         return persistent.cost, persistent
@@ -1490,15 +1491,16 @@ def _before(start: float, deadline: float | None, reserve: float) -> float | Non
 def _fallback(graph: RematGraph, chain: Chain, budget: float, start: float,
               deadline: float | None) -> Solution:
     """What ``solve`` returns when its time ran out (or Ctrl-C came) before the persistent
-    recursion finished:
-    the cheapest that fits of the least-peak persistent schedule (``least_peak_tables``; up to
-    ``LEAST_PEAK_LAYERS``), the strided recursions' (``strides``: those ``Ahead`` recorded at
-    this budget, else, in C, run here within the time left) and, except on ``strided_only``
-    chains, ``_Graded``'s on grids of ``GRADED_LEVELS``, twice as many, ... levels (while the
-    last run, taken 2.2 times, still ends before ``deadline``; a grid still running at
-    ``deadline`` is dropped: at 10% of heterogeneous linear(1024)'s budget range a 30 s call
-    took 30.1 s with the grid, 13.9 s without, the same stride-4 schedule), status "timeout"
-    with the trivial bound (every node once); no schedule if none fits."""
+    recursion finished: the cheapest that fits of the least-peak persistent schedule
+    (``least_peak_tables``; up to ``LEAST_PEAK_LAYERS``), the strided recursions'
+    (``strides``: those ``Ahead`` recorded at this budget, else, in C, run here within the
+    time left) and, except on ``strided_only`` chains, ``_Graded``'s on grids of
+    ``GRADED_LEVELS``, twice as many, ... levels (while the last run, taken 2.2 times, still
+    ends before ``deadline``; a grid still running at ``deadline`` is dropped: at 10% of
+    heterogeneous linear(1024)'s budget range a 30 s call took 30.1 s with the grid, 13.9 s
+    without, the same stride-4 schedule), status "timeout" with the trivial bound (every node
+    once); no schedule if none fits. After a Ctrl-C only what is ready: the tables and the
+    strided schedules already made."""
     free_mem = float(budget) - graph.static_mem
     dp, strided = _ChainDP(chain, extended=False), strided_only(chain)
     found = _least_peak_schedule(graph, dp, budget) if chain.n <= LEAST_PEAK_LAYERS else []

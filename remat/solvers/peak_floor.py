@@ -119,8 +119,9 @@ def known_floor(graph: RematGraph) -> float:
 
 def peak_floor(graph: RematGraph, time_limit: float | None = 1.0) -> PeakFloor:
     """The pebbling lower bound on the peak of every schedule (module docstring), at least
-    ``peak_lower_bound``; searched for at most ``time_limit`` seconds (None: to the end).
-    Cached per graph; a cut result is searched again when more time is asked for."""
+    ``peak_lower_bound``; searched for at most ``time_limit`` seconds (None: to the end), or
+    until Ctrl-C (``base.past``). Cached per graph; a cut result is searched again when more
+    time is asked for."""
     known = _CACHE.get(graph)
     asked = math.inf if time_limit is None else time_limit
     if known is not None and (known.exact or asked <= known.seconds):

@@ -49,10 +49,10 @@ from remat.schedule.rs import checkpoint_all, tighten
 from remat.schedule.simulate import nonzero, simulate
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions, past
-from remat.solvers.interrupt import requested
 from remat.solvers.bounds import (bound_time, gaps, meets, retained,
                                   retention_bound, runs, stage_room)
 from remat.solvers.descent import descend
+from remat.solvers.interrupt import requested
 from remat.solvers.peak_floor import known_floor
 
 ROUNDS = 3
