@@ -21,6 +21,13 @@ def test_solve_prints_a_table(graph_file, capsys):
     assert "chen-greedy" in out and "x" in out
 
 
+def test_solve_takes_a_synthetic_spec(capsys):
+    """`remat solve linear:8` (the README says solve and sweep take them; solve read only
+    JSON files)."""
+    assert main(["solve", "linear:8", "--budget", "80%", "--method", "chen-greedy"]) == 0
+    assert "chen-greedy" in capsys.readouterr().out
+
+
 def test_solve_json_and_output_file(graph_file, tmp_path, capsys):
     target = tmp_path / "s.json"
     assert main(["solve", graph_file, "--budget", "100%", "--method", "checkpoint-all",

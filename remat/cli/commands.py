@@ -12,7 +12,9 @@ from remat.graph.order import ORDERS
 def add_solve(sub) -> None:
     p = sub.add_parser("solve", help="solve a graph file for a budget",
                        description="Find the schedule that minimises compute within a budget.")
-    p.add_argument("graph", help="a remat-graph/1 JSON file (see `remat capture`)")
+    p.add_argument("graph", help="a remat-graph/1 JSON file (see `remat capture`), a "
+                                 "synthetic spec (linear:32, unet:4, random:100) or a model "
+                                 "(zoo name / package.module:factory), captured")
     p.add_argument("--budget", default="60%",
                    help="bytes, a size like 1.5GiB / 800MB, or a percentage like 60%% of the "
                         "checkpoint-all peak above static memory (default: 60%%)")
@@ -24,12 +26,11 @@ def add_solve(sub) -> None:
 
 
 def run_solve(args) -> int:
-    from remat.graph.core import RematGraph
     from remat.schedule.budget import parse_budget
     from remat.solvers import SolveOptions, interrupt, solver
     from remat.solvers.base import expand_methods
 
-    graph = RematGraph.from_json(args.graph)
+    graph, _ = load_graph(args.graph)
     budget = parse_budget(args.budget, graph)
     methods = expand_methods(args.method, graph)
     options = SolveOptions(time_limit=args.time_limit, progress=_progress_printer(graph))
