@@ -228,3 +228,24 @@ def test_stopping_turns_a_ctrl_c_into_its_error_within_a_scope():
     outside = signal.getsignal(signal.SIGINT)
     with interrupt.stopping(TimeoutError):
         assert signal.getsignal(signal.SIGINT) is outside
+
+
+def test_no_exact_model_is_built_after_ctrl_c():
+    """After Ctrl-C neither Checkmate's model (milp, cpsat, min_budget, lp-rounding's LP) nor
+    cp-intervals' is built (``build_fits``), even without a time limit: the build alone can
+    take seconds (45 s at 1001 nodes) for a solve cancelled at once."""
+    from remat.solvers import lp_rounding, milp_model
+
+    graph = remat.graphs.random_dag(20, seed=1)
+    assert milp_model.build_fits(graph, None)
+    with interrupt.catching():
+        interrupt._request()
+        assert not milp_model.build_fits(graph, None)
+        relaxed = lp_rounding.relaxation(graph, parse_budget("50%", graph), SolveOptions())
+    assert relaxed == (None, "timeout")
+    cp_intervals = pytest.importorskip("remat.solvers.cp_intervals")
+    copies = [2] * graph.size
+    assert cp_intervals.build_fits(graph, copies, None)
+    with interrupt.catching():
+        interrupt._request()
+        assert not cp_intervals.build_fits(graph, copies, None)

@@ -54,6 +54,7 @@ import numpy as np
 
 from remat.graph.core import RematGraph
 from remat.solvers import highs_backend, interrupt
+from remat.solvers.base import time_left
 
 
 @dataclass(frozen=True)
@@ -257,12 +258,9 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
     size = moment_size(graph) if {"moment", "recompute"} & set(models) else 0
     solved: set[tuple[int, bool]] = set()  # what each gap model solved added to the first
 
-    def time_left() -> float | None:
-        return None if time_limit is None else time_limit - (time.perf_counter() - start)
-
     for name in models:
-        left = time_left()
-        if (left is not None and left <= 0) or interrupt.requested():
+        left = time_left(time_limit, start, 0.0)  # (0 once Ctrl-C asked to stop)
+        if left is not None and left <= 0:
             status = "timeout"  # a later call with more time solves the rest
             break
         if name == "moment":
@@ -281,7 +279,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
                 if enough is not None and meets(enough, value):
                     status = "optimal"
                     break  # they are the optimum
-                left = time_left()
+                left = time_left(time_limit, start, 0.0)
                 size_left = len(model["cost"])
                 if size_left > cap or size_left == 0:  # too large, or solved by the fixing
                     continue
@@ -313,7 +311,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
                 if enough is not None and meets(enough, value):
                     status = "optimal"
                     break  # the optimum
-                left = time_left()
+                left = time_left(time_limit, start, 0.0)
                 if left is not None and left <= 0:
                     status = "timeout"
                     break

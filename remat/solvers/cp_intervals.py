@@ -47,7 +47,7 @@ from remat.schedule.solution import Solution
 from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions, time_left
 from remat.solvers.bounds import bound_time, meets, retention_bound
 from remat.solvers.cpsat import memory_unit, ortools_cp
-from remat.solvers.interrupt import run_cancellable
+from remat.solvers.interrupt import requested, run_cancellable
 from remat.solvers.milp import status_from_bound, unbuilt, warm_start
 from remat.solvers.min_budget import min_budget
 from remat.solvers.peak_floor import known_floor
@@ -196,8 +196,10 @@ def copy_counts(graph: RematGraph, copies: list[int],
 
 def build_fits(graph: RematGraph, copies: list[int], seconds: float | None) -> bool:
     """Whether ``IntervalModel`` with ``copies`` can be built within ``seconds`` (None: no
-    limit; ``BUILD_SECONDS``), as ``milp_model.build_fits`` for Checkmate's model."""
-    return seconds is None or BUILD_SECONDS * read_literals(graph, copies) <= seconds
+    limit; ``BUILD_SECONDS``), never after Ctrl-C, as ``milp_model.build_fits`` for
+    Checkmate's model."""
+    return not requested() and (seconds is None or
+                                BUILD_SECONDS * read_literals(graph, copies) <= seconds)
 
 
 def read_literals(graph: RematGraph, copies: list[int]) -> int:

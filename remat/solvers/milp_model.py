@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from remat.graph.core import RematGraph
+from remat.solvers.interrupt import requested
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,10 @@ given 2 s 3.3 / 4.3 / 16.3 s on gpt2 op, resnet50 module and random_dag(250) at 
 
 
 def build_fits(graph: RematGraph, seconds: float | None) -> bool:
-    """Whether ``MilpModel`` of ``graph`` can be built within ``seconds`` (None: no limit)."""
-    return seconds is None or BUILD_SECONDS * graph.size ** 2 <= seconds
+    """Whether ``MilpModel`` of ``graph`` can be built within ``seconds`` (None: no limit);
+    never once Ctrl-C asked the solve to stop (``interrupt.requested``): its build alone can
+    take seconds, and the solve would be cancelled at once."""
+    return not requested() and (seconds is None or BUILD_SECONDS * graph.size ** 2 <= seconds)
 
 
 class MilpModel:
