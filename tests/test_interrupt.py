@@ -191,8 +191,8 @@ def test_ctrl_c_stops_chain_dp_in_its_c_code():
     """SIGINT 1 s into chain-dp's C recursion on linear(384) at 10% (60 s; the persistent
     recursion alone takes 3-18 s there): chain-dp returns at once, marked interrupted, with
     no schedule (it raised KeyboardInterrupt); and 0.5 s into the C least-peak tables of
-    linear(1100) (2.8 s), they stop, and ``least_peak`` says so with None (they ran to their
-    end: the handler raised only then)."""
+    linear(1100) (3.2 s, with other tests running), they stop, and ``least_peak`` says so
+    with None (they ran to their end: the handler raised only then)."""
     from remat.solvers import chain_dp
 
     if not chain_dp.COMPILED:
