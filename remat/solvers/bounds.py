@@ -85,6 +85,14 @@ class Bound:
     settled_for: float | None = None
     """The cost (``enough``) a model settled against (``SETTLE_SHARE``): for a lower cost it
     may have gone on and risen further, so a call with one solves again."""
+    other_kept: tuple[frozenset[int], ...] = ()
+    """The other knapsack solutions found (the later models' first), where a schedule can
+    start as well (``retention._held_bound`` tries them all). ``kept`` is a solved model's
+    solution rather than a later model's cut short; either may be the cheaper start. In auto
+    with 1 s: random_dag(500) at 50%, the first model's solved one leads to 1.070069 of the
+    total cost (proven optimal), where the staged model's cut short did not; gpt2 at module
+    level, 50%, the chained model's cut short leads to 1.050801, the solved one to 1.060900
+    (bench/results/fast_notes.md, session 33)."""
 
 
 PROVEN_RTOL = 1e-7
@@ -254,6 +262,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
     base = total + float(sum(graph.cost[v] for v, _, _ in columns))
     value, status, kept, skipped, solved_kept = total, "optimal", None, False, False
     rounded = False  # kept is the LP optimum rounded down, or keeps at least as much
+    found_sets: list[frozenset[int]] = []  # every knapsack solution, in the order found
     settled = None  # the cost a model settled against
     size = moment_size(graph) if {"moment", "recompute"} & set(models) else 0
     solved: set[tuple[int, bool]] = set()  # what each gap model solved added to the first
@@ -308,6 +317,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
                 value = max(value, _safe(graph, offset + relaxed.bound))
                 if relaxed.status == "optimal" and kept is None:
                     kept, rounded = _rounded_down(relaxed.x, gap_columns), True
+                    found_sets.append(kept)
                 if enough is not None and meets(enough, value):
                     status = "optimal"
                     break  # the optimum
@@ -327,9 +337,13 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
         value = max(value, _safe(graph, offset + result.bound))
         if gap_columns is not None and result.x is not None:
             found = frozenset(k for k, col in enumerate(gap_columns) if result.x[col] > 0.5)
+            found_sets.append(found)
             optimal = result.status == "optimal"
-            if optimal or not rounded or \
-                    _kept_cost(graph, columns, found) >= _kept_cost(graph, columns, kept):
+            # kept: a later model's solution where it is solved or kept is cut short too; a
+            # solved one is not replaced by one cut short (``other_kept`` holds it)
+            if optimal or kept is None or not (solved_kept or rounded) or (
+                    rounded and
+                    _kept_cost(graph, columns, found) >= _kept_cost(graph, columns, kept)):
                 kept, solved_kept, rounded = found, optimal, rounded and not optimal
         if enough is not None and meets(enough, value):
             status = "optimal"  # even after a model that settled
@@ -339,8 +353,9 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             if result.status != "settled":
                 break  # out of time; a settled model leaves the rest to the next ones
             settled = enough
+    others = tuple(dict.fromkeys(k for k in reversed(found_sets) if k != kept))
     return Bound(value, status, time.perf_counter() - start, len(columns), time_limit, kept,
-                 skipped, solved_kept, rounded, settled)
+                 skipped, solved_kept, rounded, settled, others)
 
 
 def _rounded_down(x: np.ndarray, gap_columns: list[int]) -> frozenset[int]:

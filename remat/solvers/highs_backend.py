@@ -17,6 +17,13 @@ from remat.solvers.interrupt import run_cancellable
 CLOSED_GAP = 1e-9
 """A relative gap at most this is left for HiGHS to close (status "optimal"), not settled."""
 
+JUMP_SECONDS_PER_NONZERO = 4e-6
+"""The least time limit, per nonzero of the matrix, under which an integer program runs
+HiGHS's feasibility-jump heuristic. It runs before the root LP and checks the limit only as it
+starts: random_dag(500) at 10%, in auto with 1 s, its knapsacks (248897 and 252939 nonzeros)
+given 0.10 and 0.45 s returned after 0.62 and 0.75 s with it, 0.19 and 0.57 s without
+(bench/results/fast_notes.md, session 33)."""
+
 
 @dataclass
 class BackendResult:
@@ -88,6 +95,8 @@ def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
     (bench/graphs/vgg16-module.json) it claimed "optimal" at 14.152 with bound 14.152 while the
     optimum is 14.1485 (proven by cold solves with and without presolve, and by a start without
     presolve, which was also the fastest of the four: 7 s against 20-28 s)."""
+    jump = jump and (time_limit is None or
+                     time_limit >= JUMP_SECONDS_PER_NONZERO * arrays["matrix"].nnz)
     result = _solve(arrays, time_limit, mip_rel_gap, threads, seed, relax, start, progress,
                     verbose, stop_at, bound_at, settle, presolve=relax, jump=jump)
     if result.x is not None and not relax and _stale(arrays, result):
