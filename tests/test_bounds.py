@@ -111,8 +111,9 @@ def test_no_feasibility_jump_under_a_short_limit(monkeypatch):
     weights = np.array([graph.cost[v] for v, _, _ in gap_list], dtype=float)
     per_nonzero = highs_backend.JUMP_SECONDS_PER_NONZERO
     for limit, jump in ((None, True), (10.0, True), (1e-6, False)):
+        calls = len(jumps)
         bounds.retained(graph, room, gap_list, weights, time_limit=limit)
-        assert jumps[-1] is jump
+        assert len(jumps) == len(nonzeros) == calls + 1 and jumps[-1] is jump
         assert limit is None or (limit >= per_nonzero * nonzeros[-1]) is jump
 
 

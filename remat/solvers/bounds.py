@@ -86,10 +86,11 @@ class Bound:
     """The cost (``enough``) a model settled against (``SETTLE_SHARE``): for a lower cost it
     may have gone on and risen further, so a call with one solves again."""
     other_kept: tuple[frozenset[int], ...] = ()
-    """The other knapsack solutions found (the later models' first), where a schedule can
-    start as well (``retention._held_bound`` tries them all). ``kept`` is a solved model's
-    solution rather than a later model's cut short; either may be the cheaper start. In auto
-    with 1 s: random_dag(500) at 50%, the first model's solved one leads to 1.070069 of the
+    """Where ``kept`` is a solved knapsack's solution: the other solutions found after it
+    (solved ones it replaced, later ones cut short; the latest first), where a schedule can
+    start as well (``retention._held_bound`` tries them after ``kept``). A later model's
+    solution cut short no longer replaces a solved one; either may be the cheaper start. In
+    auto with 1 s: random_dag(500) at 50%, the first model's solved one leads to 1.070069 of the
     total cost (proven optimal), where the staged model's cut short did not; gpt2 at module
     level, 50%, the chained model's cut short leads to 1.050801, the solved one to 1.060900
     (bench/results/fast_notes.md, session 33)."""
@@ -262,7 +263,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
     base = total + float(sum(graph.cost[v] for v, _, _ in columns))
     value, status, kept, skipped, solved_kept = total, "optimal", None, False, False
     rounded = False  # kept is the LP optimum rounded down, or keeps at least as much
-    found_sets: list[frozenset[int]] = []  # every knapsack solution, in the order found
+    others: list[frozenset[int]] = []  # solutions beside kept that retention tries too
     settled = None  # the cost a model settled against
     size = moment_size(graph) if {"moment", "recompute"} & set(models) else 0
     solved: set[tuple[int, bool]] = set()  # what each gap model solved added to the first
@@ -317,7 +318,6 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
                 value = max(value, _safe(graph, offset + relaxed.bound))
                 if relaxed.status == "optimal" and kept is None:
                     kept, rounded = _rounded_down(relaxed.x, gap_columns), True
-                    found_sets.append(kept)
                 if enough is not None and meets(enough, value):
                     status = "optimal"
                     break  # the optimum
@@ -337,14 +337,16 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
         value = max(value, _safe(graph, offset + result.bound))
         if gap_columns is not None and result.x is not None:
             found = frozenset(k for k, col in enumerate(gap_columns) if result.x[col] > 0.5)
-            found_sets.append(found)
             optimal = result.status == "optimal"
-            # kept: a later model's solution where it is solved or kept is cut short too; a
-            # solved one is not replaced by one cut short (``other_kept`` holds it)
-            if optimal or kept is None or not (solved_kept or rounded) or (
+            # kept: a later model's solution where it is solved, or kept is cut short too, or
+            # kept is the LP's rounded down and it keeps as much; a solved kept stays a start
+            if optimal or not (solved_kept or rounded) or (
                     rounded and
                     _kept_cost(graph, columns, found) >= _kept_cost(graph, columns, kept)):
+                others += [kept] if solved_kept else []
                 kept, solved_kept, rounded = found, optimal, rounded and not optimal
+            elif solved_kept:
+                others.append(found)  # cut short after a solved one: a start as well
         if enough is not None and meets(enough, value):
             status = "optimal"  # even after a model that settled
             break  # the bound is the optimum: nothing higher exists
@@ -353,9 +355,9 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             if result.status != "settled":
                 break  # out of time; a settled model leaves the rest to the next ones
             settled = enough
-    others = tuple(dict.fromkeys(k for k in reversed(found_sets) if k != kept))
+    others = [k for k in reversed(others) if k != kept]  # the latest first
     return Bound(value, status, time.perf_counter() - start, len(columns), time_limit, kept,
-                 skipped, solved_kept, rounded, settled, others)
+                 skipped, solved_kept, rounded, settled, tuple(dict.fromkeys(others)))
 
 
 def _rounded_down(x: np.ndarray, gap_columns: list[int]) -> frozenset[int]:

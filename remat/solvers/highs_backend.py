@@ -18,11 +18,12 @@ CLOSED_GAP = 1e-9
 """A relative gap at most this is left for HiGHS to close (status "optimal"), not settled."""
 
 JUMP_SECONDS_PER_NONZERO = 4e-6
-"""The least time limit, per nonzero of the matrix, under which an integer program runs
-HiGHS's feasibility-jump heuristic. It runs before the root LP and checks the limit only as it
-starts: random_dag(500) at 10%, in auto with 1 s, its knapsacks (248897 and 252939 nonzeros)
-given 0.10 and 0.45 s returned after 0.62 and 0.75 s with it, 0.19 and 0.57 s without
-(bench/results/fast_notes.md, session 33)."""
+"""The least time limit, per nonzero of the matrix, with which an integer program runs
+HiGHS's feasibility-jump heuristic (below it ``run``'s ``jump`` is ignored). The heuristic
+runs before the root LP and checks the limit only as it starts: random_dag(500) at 10%, in
+auto with 1 s, its knapsacks (248897 and 252939 nonzeros) given 0.10 and 0.45 s returned
+after 0.62 and 0.75 s with it, 0.19 and 0.57 s without (bench/results/fast_notes.md,
+session 33)."""
 
 
 @dataclass
@@ -82,7 +83,8 @@ def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
     and the gap is still open (the model's optimum, at most the incumbent, is then below
     ``bound_at``, and the bound can rise by at most that share of the distance left); the
     status is then "settled".
-    ``jump`` False: no feasibility-jump heuristic, for a caller that wants only the bound. It
+    ``jump`` False: no feasibility-jump heuristic, for a caller that wants only the bound; never
+    with less than ``JUMP_SECONDS_PER_NONZERO`` a nonzero (time limit / nonzeros). It
     runs before the root LP and past the time limit: the moment model of heterogeneous
     linear(384), 589057 columns, with a 1 s limit returned after 17.1 s with it and 7.8 s
     without; that of linear(384, unit) at its least peak was solved to optimality in 21.2 s

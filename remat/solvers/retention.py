@@ -264,13 +264,13 @@ def _held_bound(plan: "Plan", budget: float, known: Bound, deadline: float) -> t
     (MobileNetV2 at op level, 40%: the knapsack rounds before it took 4.3 of retention's 4.8
     s; random_dag(500) at 40%: 2.1 of 9.8 s)."""
     starts = ([] if known.kept is None else [known.kept]) + list(known.other_kept)
-    found = [plan.attempt(set(kept), budget)[0] for kept in starts]
-    found = [item for item in found if item is not None]
     best = None
-    for k, item in enumerate(found):
+    for k, kept in enumerate(starts):
         if k and past(deadline):
             break
-        best = _cheaper(best, _hold(plan, budget, item, deadline, bound=known.value))
+        found, _ = plan.attempt(set(kept), budget)
+        if found is not None:
+            best = _cheaper(best, _hold(plan, budget, found, deadline, bound=known.value))
         if _proven(best, known.value):
             break
     return best
@@ -326,13 +326,13 @@ def _hold(plan: "Plan", budget: float, best: tuple, deadline: float,
     It stops once the cost meets ``bound`` (proven optimal: on heterogeneous linear(384) at
     30% of its budget range, before that move, after 270 of the 401 simulations retention
     made without that stop; with it, after one). Its first move (one simulation) is made even
-    past ``deadline``: auto with 1 s on random_dag(500) at 50% started retention with 0.1 s
-    left, and the bound's schedule fit at 1.1105 of the total cost after it; that move alone
-    reaches 1.070069, the optimum (three runs each, bench/results/fast_notes.md, session
-    33)."""
+    past ``deadline``, but not after Ctrl-C: auto with 1 s on random_dag(500) at 50% gave
+    retention 0.1 s, spent on the schedule of the bound's knapsack (1.110534 of the total
+    cost); that move alone reaches 1.070069, the optimum (bench/results/fast_notes.md,
+    session 33)."""
     graph, (cost, R, S, kept) = plan.graph, best
     improved, first = True, True
-    while improved and (first or not past(deadline)):
+    while improved and ((first and not requested()) or not past(deadline)):
         improved, first = False, False
         found = _hold_repeats(plan, budget, R, S, window)
         if found is not None and found[0] < cost - 1e-12 * abs(cost):
