@@ -256,9 +256,10 @@ def _searched(plan: "Plan", budget: float, best: tuple | None, start: tuple | No
 
 
 def _held_bound(plan: "Plan", budget: float, known: Bound, deadline: float) -> tuple | None:
-    """The cheapest schedule of the gaps the bound's own knapsacks keep (``known.kept`` and
-    ``known.other_kept``: their rebuild rows make them drop values whose inputs stay alive
-    anyway), then the hold pass; None if none fits. On the tiny U-Net at op level, 80%, it
+    """The cheapest schedule of the gaps the bound's own knapsacks keep (``known.kept``, then
+    ``known.other_kept`` while the deadline is not past: their rebuild rows make them drop
+    values whose inputs stay alive anyway), each after the hold pass with what is left of the
+    deadline; None if none fits. On the tiny U-Net at op level, 80%, it
     reaches the bound, 1.0013 of the total, where the knapsack with rebuild-cost weights led
     to 1.0165. ``solve`` tries it first: where it meets the bound nothing else runs
     (MobileNetV2 at op level, 40%: the knapsack rounds before it took 4.3 of retention's 4.8
