@@ -31,6 +31,13 @@ def past(deadline: float | None) -> bool:
     return requested() or (deadline is not None and time.perf_counter() > deadline)
 
 
+def may_go_on(deadline: float | None, started: bool) -> bool:
+    """Whether a step of a method may start: before ``deadline``, and past it only for the
+    first step (``started`` False: nothing done yet, as a method's first schedule) unless
+    Ctrl-C asked the solve to stop."""
+    return not past(deadline) or not (started or requested())
+
+
 NO_SCHEDULE_YET = "stopped before any schedule was found"
 """``details["reason"]`` of an "infeasible" Solution from a solver that hit its time limit (or
 Ctrl-C) before it found any schedule: it proves nothing about the budget."""

@@ -343,7 +343,8 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             if optimal or not (solved_kept or rounded) or (
                     rounded and
                     _kept_cost(graph, columns, found) >= _kept_cost(graph, columns, kept)):
-                others += [kept] if solved_kept else []
+                if solved_kept:
+                    others.append(kept)  # replaced by a later one solved: a start as well
                 kept, solved_kept, rounded = found, optimal, rounded and not optimal
             elif solved_kept:
                 others.append(found)  # cut short after a solved one: a start as well

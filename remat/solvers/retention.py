@@ -48,11 +48,10 @@ from remat.schedule.budget import checkpoint_all_peak
 from remat.schedule.rs import checkpoint_all, tighten
 from remat.schedule.simulate import nonzero, simulate
 from remat.schedule.solution import Solution
-from remat.solvers.base import SolveOptions, past
+from remat.solvers.base import SolveOptions, may_go_on, past
 from remat.solvers.bounds import (Bound, bound_time, gaps, meets, retained,
                                   retention_bound, runs, stage_room)
 from remat.solvers.descent import descend
-from remat.solvers.interrupt import requested
 from remat.solvers.peak_floor import known_floor
 
 ROUNDS = 3
@@ -130,7 +129,7 @@ def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
     rooms = [full] * REPAIRS + [floor + scale * (full - floor) for scale in SCALES[1:]]
     kept, tries, cut = None, 0, np.zeros(graph.size)
     for attempt, room in enumerate(rooms):
-        if past(deadline) and (tries or requested()):  # a first fit even late, unless Ctrl-C
+        if not may_go_on(deadline, tries > 0):  # a first fit even late
             break
         limit = 2.0 if deadline is None else max(0.1, min(2.0, deadline - time.perf_counter()))
         room = np.maximum(room - cut, 0.0) if attempt < REPAIRS else room
@@ -332,9 +331,9 @@ def _hold(plan: "Plan", budget: float, best: tuple, deadline: float,
     cost); that move alone reaches 1.070069, the optimum (bench/results/fast_notes.md,
     session 33)."""
     graph, (cost, R, S, kept) = plan.graph, best
-    improved, first = True, True
-    while improved and ((first and not requested()) or not past(deadline)):
-        improved, first = False, False
+    improved, rounds = True, 0
+    while improved and may_go_on(deadline, rounds > 0):
+        improved, rounds = False, rounds + 1
         found = _hold_repeats(plan, budget, R, S, window)
         if found is not None and found[0] < cost - 1e-12 * abs(cost):
             cost, R, S = found
