@@ -9,7 +9,9 @@ Graphs: the tiny zoo captured at module and op granularity with FLOP costs (benc
 made by ``remat capture NAME --tiny --cost-model flops --granularity G -o ...`` before the
 capture ordered nodes for memory: in autograd's order, ``--order trace``; ``--order memory``
 reorders each file by ``remat.graph.order.lower_order``, the rule capture now applies; the
-files are older captures, so their sizes differ somewhat from a capture made today) and
+files are older captures, so their sizes differ somewhat from a capture made today), a
+12-layer GPT-2 of the tiny width at op level (``gpt2_12-op``, 679 nodes, made by the command
+in bench/deep_models.py) and
 ``remat.graphs.random_dag(n)`` for n = 100, 250, 500 (T = 201 to 1001). For every graph and
 budget it runs:
 

@@ -25,6 +25,14 @@ auto with 1 s, its knapsacks (248897 and 252939 nonzeros) given 0.10 and 0.45 s 
 after 0.62 and 0.75 s with it, 0.19 and 0.57 s without (bench/results/fast_notes.md,
 session 33)."""
 
+ROOT_HEURISTIC = "mip_heuristic_run_root_reduced_cost"
+"""The HiGHS option of its root reduced-cost heuristic: a sub-MIP at the root that checks the
+time limit only when it ends. The staged gap model of a 12-layer GPT-2 at op level, 30%
+(60792 columns, 338991 nonzeros), given 11.3-11.4 s by auto's last bound, returned after
+13.4-14.1 s with it (the sub-MIP ran from 3.3 s to 13.5 s in HiGHS's log) and 11.5 s without,
+with the same bound (``bounds.retention_bound`` turns it off where its caller holds a
+schedule)."""
+
 
 @dataclass
 class BackendResult:
@@ -73,7 +81,7 @@ def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
         start: np.ndarray | None = None, progress: Callable[[dict], None] | None = None,
         verbose: bool = False, stop_at: float | None = None,
         bound_at: float | None = None, settle: float | None = None,
-        jump: bool = True) -> BackendResult:
+        jump: bool = True, reduced_cost: bool = True) -> BackendResult:
     """Solve the model in ``arrays`` (see ``MilpModel.arrays``); ``relax`` drops integrality.
     ``stop_at``: stop as soon as a solution this good is found (the caller holds a bound that
     already proves it optimal); ``bound_at``: stop as soon as the proven bound is this high
@@ -89,6 +97,8 @@ def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
     linear(384), 589057 columns, with a 1 s limit returned after 17.1 s with it and 7.8 s
     without; that of linear(384, unit) at its least peak was solved to optimality in 21.2 s
     with it and 15.8 s without (bench/results/fast_notes.md, session 19).
+    ``reduced_cost`` False: no root reduced-cost heuristic (``ROOT_HEURISTIC``), for a caller
+    that wants the bound within its time limit more than solutions.
 
     Integer programs run without HiGHS's presolve. Its MIP presolve has a record of "optimal"
     answers that are not (HiGHS issues #1273, #1725, #3094), and HiGHS 1.16 with presolve and
@@ -100,7 +110,8 @@ def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
     jump = jump and (time_limit is None or
                      time_limit >= JUMP_SECONDS_PER_NONZERO * arrays["matrix"].nnz)
     result = _solve(arrays, time_limit, mip_rel_gap, threads, seed, relax, start, progress,
-                    verbose, stop_at, bound_at, settle, presolve=relax, jump=jump)
+                    verbose, stop_at, bound_at, settle, presolve=relax, jump=jump,
+                    reduced_cost=reduced_cost)
     if result.x is not None and not relax and _stale(arrays, result):
         raise RuntimeError("HiGHS returned a solution vector whose objective is not the one it "
                            "reports; please report this model")
@@ -114,7 +125,8 @@ def _stale(arrays: dict, result: "BackendResult") -> bool:
 
 
 def _solve(arrays: dict, time_limit, mip_rel_gap, threads, seed, relax, start, progress,
-           verbose, stop_at, bound_at, settle, presolve: bool, jump: bool) -> BackendResult:
+           verbose, stop_at, bound_at, settle, presolve: bool, jump: bool,
+           reduced_cost: bool) -> BackendResult:
     highspy = _highspy()
     h = _new_highs(highspy, verbose)
     h.passModel(_lp(highspy, arrays, relax))
@@ -123,6 +135,8 @@ def _solve(arrays: dict, time_limit, mip_rel_gap, threads, seed, relax, start, p
         h.setOptionValue("presolve", "off")
     if not jump:
         h.setOptionValue("mip_heuristic_run_feasibility_jump", False)
+    if not reduced_cost:
+        h.setOptionValue(ROOT_HEURISTIC, False)
     if start is not None and not relax:
         solution = highspy.HighsSolution()
         solution.col_value = list(map(float, start))
