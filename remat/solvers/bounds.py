@@ -217,12 +217,13 @@ def retention_bound(graph: RematGraph, budget: float, time_limit: float | None =
     bound is recomputed only when it ran out of time and more time is asked for, or when it
     skipped the recompute model and ``enough`` is more than it; the higher of the two counts.
     With ``enough`` the models run without HiGHS's root reduced-cost heuristic
-    (``highs_backend.ROOT_HEURISTIC``), which runs past the time limit and only looks for
-    solutions, which such a caller does not need: auto's last bound (60 s, a 12-layer GPT-2
-    at op level, 30%), its staged model given 11.3-11.4 s, took 13.4-14.1 s with it, 11.5 s
-    without, with the same bound, and the call 62.5 -> 60.7 s (bench/results/fast_notes.md,
-    session 34). Without ``enough`` they run with it, as before: their solutions, even cut
-    short, are where ``retention`` starts."""
+    (``highs_backend.ROOT_HEURISTIC``), which can run seconds past the time limit: such a
+    caller wants the bound within its limit more than solutions (auto's last bound, 60 s, a
+    12-layer GPT-2 at op level, 30%: its staged model given 11.3-11.4 s took 13.4-14.1 s with
+    it, 11.5 s without, with the same bound, and the call 62.5 -> 60.7 s; bench/results/
+    fast_notes.md, session 34). Without ``enough`` they run with it, as before: their
+    solutions, even cut short, are where ``retention`` starts (a bound cached from a call
+    with ``enough`` still gives it its starts)."""
     if set(models) - set(MODELS):
         raise ValueError(f"unknown bound models {sorted(set(models) - set(MODELS))}; "
                          f"choose from {MODELS}")
@@ -339,7 +340,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
         result = highs_backend.run(model, time_limit=left, threads=threads, bound_at=target,
                                    settle=SETTLE_SHARE,
                                    jump=_jumps(graph, gap_columns is not None),
-                                   reduced_cost=enough is None)  # (``retention_bound``)
+                                   reduced_cost=enough is None)  # told a cost: the limit
         if result.status == "infeasible":  # cannot happen: keep nothing, rebuild every input
             raise AssertionError(f"retention bound: the {name} model is infeasible")
         value = max(value, _safe(graph, offset + result.bound))

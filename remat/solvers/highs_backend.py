@@ -26,12 +26,13 @@ after 0.62 and 0.75 s with it, 0.19 and 0.57 s without (bench/results/fast_notes
 session 33)."""
 
 ROOT_HEURISTIC = "mip_heuristic_run_root_reduced_cost"
-"""The HiGHS option of its root reduced-cost heuristic: a sub-MIP at the root that checks the
-time limit only when it ends. The staged gap model of a 12-layer GPT-2 at op level, 30%
-(60792 columns, 338991 nonzeros), given 11.3-11.4 s by auto's last bound, returned after
-13.4-14.1 s with it (the sub-MIP ran from 3.3 s to 13.5 s in HiGHS's log) and 11.5 s without,
-with the same bound (``bounds.retention_bound`` turns it off where its caller holds a
-schedule)."""
+"""The HiGHS option of its root reduced-cost heuristic: a sub-MIP at the root that can run
+seconds past the time limit (HiGHS 1.16; a version without the option runs it). The staged
+gap model of a 12-layer GPT-2 at op level, 30% (60792 columns, 338991 nonzeros), given
+11.3-11.4 s by auto's last bound, returned after 13.4-14.1 s with it (the sub-MIP ran from
+3.3 s to 13.5 s in HiGHS's log) and 11.5 s without, with the same bound
+(``bounds.retention_bound`` turns it off where its caller holds a schedule;
+bench/results/fast_notes.md, session 34)."""
 
 
 @dataclass
