@@ -997,6 +997,36 @@ def test_the_hold_pass_makes_its_first_move_past_its_deadline():
     assert held[0] < found[0] and meets(held[0], known.value)
 
 
+def test_retention_starts_from_the_lowest_baseline_lowered_where_none_fits(monkeypatch):
+    """The tiny U-Net at op level, 50%: no classic baseline fits; ``_from_baseline`` lowers the
+    peak of the one that peaks lowest until it fits, then the hold pass: a schedule within
+    the budget, at its simulated cost (1.1731 of the total, measured). retention builds it
+    first, before the bound's start and its knapsacks (a 12-layer GPT-2 at op level, 10%:
+    they took 20 of its 30 s, measured). At 80%, where a baseline fits, there is none."""
+    import time
+
+    from remat.schedule.simulate import simulate
+    from remat.solvers import retention
+
+    graph = _graph_file("unet-op")
+    budget = remat.parse_budget("50%", graph)
+    plan = retention.Plan(graph)
+    found = retention._from_baseline(plan, budget, time.perf_counter() + 30, -math.inf)
+    assert found is not None
+    sim = simulate(graph, found[1], found[2])
+    assert sim.peak_memory <= budget and sim.compute_cost == pytest.approx(found[0])
+    assert retention._from_baseline(plan, remat.parse_budget("80%", graph),
+                                    time.perf_counter() + 30, -math.inf) is None
+    order = []
+    real_from, real_held = retention._from_baseline, retention._held_bound
+    monkeypatch.setattr(retention, "_from_baseline",
+                        lambda *args: order.append("baseline") or real_from(*args))
+    monkeypatch.setattr(retention, "_held_bound",
+                        lambda *args: order.append("held") or real_held(*args))
+    result = solver("retention")(graph, budget, SolveOptions(time_limit=10))
+    assert result.feasible and order == ["baseline", "held"]
+
+
 def test_recomputations_are_those_of_the_loop():
     """``retention._recomputations`` (numpy) lists every computation after a value's first, with
     the stage of the one before, in the order of the loop it replaced: dearest first, then by

@@ -57,16 +57,17 @@ in 17 s (bound 15.73), gpt2 3.835 -> 3.506 in 1.3 s, resnet50 7.82 -> 6.44 in 11
 at op level 5.334 -> 5.128 in 0.1 s, its ``peak_lower_bound``: proven."""
 
 
-def smallest_baseline(graph: RematGraph, seconds: float = BASELINE_SECONDS
+def smallest_baseline(graph: RematGraph, seconds: float = BASELINE_SECONDS,
+                      names: tuple[str, ...] | None = None
                       ) -> tuple[float, np.ndarray, np.ndarray]:
-    """The least peak any baseline reaches, with its schedule (checkpoint-all at worst); each
-    baseline call within ``seconds``."""
+    """The least peak any baseline (of ``names``, by default all) reaches, with its schedule
+    (checkpoint-all at worst); each baseline call within ``seconds``."""
     from remat.solvers.base import BASELINES, applicable
 
     R, S = checkpoint_all(graph)
     best = (simulate(graph, R, S).peak_memory, R, S)
     options = SolveOptions(time_limit=seconds)
-    for name in applicable(graph, BASELINES):
+    for name in applicable(graph, BASELINES if names is None else names):
         low = solver(name)(graph, 1e-300, options).min_budget
         if low is None or low >= best[0]:
             continue
