@@ -1023,8 +1023,10 @@ def test_retention_starts_from_the_lowest_baseline_lowered_where_none_fits(monke
                         lambda *args: order.append("baseline") or real_from(*args))
     monkeypatch.setattr(retention, "_held_bound",
                         lambda *args: order.append("held") or real_held(*args))
-    result = solver("retention")(graph, budget, SolveOptions(time_limit=10))
+    limit = retention.FROM_BASELINE_LEAST_SECONDS
+    result = solver("retention")(graph, budget, SolveOptions(time_limit=limit))
     assert result.feasible and order == ["baseline", "held"]
+    assert result.compute_cost <= found[0] * (1 + 1e-9)  # the search starts from it at worst
 
 
 def test_recomputations_are_those_of_the_loop():

@@ -21,8 +21,9 @@ U-Net at op level, 60%, that pass takes the cost from 1.438 to 1.096 of the tota
 1.064). The gaps the bound's own knapsack keeps (its rebuild rows know which inputs a
 rebuild needs) are a second start, also followed by the hold pass, and tried first
 (``_held_bound``): where it meets the bound, nothing else runs; where no classic baseline
-fits the budget, the lowest one's schedule, its peak lowered until it fits, is a third
-(``_from_baseline``, built before them). Then an iterated local
+fits the budget, the lowest one's schedule, its peak lowered until it fits, is another, the
+cheaper of the two kept (``_from_baseline``, built before them, with a limit of at least
+``FROM_BASELINE_LEAST_SECONDS``). Then an iterated local
 search (``_search``: random kicks and restarts, seeded by ``options.seed``) runs from the
 cheaper start until the time limit or until it stops finding better, and then, with the time
 left, from the other (``_searched``). It scales to thousands of nodes (one small
@@ -76,10 +77,10 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     deadline = None if options.time_limit is None else began + options.time_limit
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
     plan = Plan(graph)
-    now = time.perf_counter()  # first: the hold passes and knapsacks after may take it all
-    low = None if (options.time_limit or math.inf) < BASELINE_LEAST_SECONDS else \
-        _from_baseline(plan, budget, now + BASELINE_SHARE * max(
-            0.0, (deadline or began + GROW_SECONDS) - now), known.value)
+    low = None if options.time_limit is not None and \
+        options.time_limit < FROM_BASELINE_LEAST_SECONDS else \
+        _from_baseline(plan, budget, _from_baseline_deadline(deadline or began + GROW_SECONDS),
+                       known.value)  # first: the hold passes and knapsacks after may take all
     held = _held_bound(plan, budget, known, deadline or began + GROW_SECONDS)
     start = _cheaper(held, low)
     if start is not None and (_proven(start, known.value) or past(deadline)):
@@ -303,9 +304,11 @@ def _from_bound(plan: "Plan", budget: float, kept: frozenset[int] | None,
 
 def _from_baseline(plan: "Plan", budget: float, deadline: float, bound: float) -> tuple | None:
     """Where no classic baseline fits the budget: the one whose schedule peaks lowest, its peak
-    lowered (``descent.descend``, cost-aware, half the time to ``deadline``) until it fits,
-    then the hold pass; None where it does not fit, or a baseline fits. ``solve`` runs it
-    first, with ``BASELINE_SHARE`` of its time: a 12-layer GPT-2 at op level, 10%
+    lowered (``descent.descend``, cost-aware, half the time left after the baselines) until it
+    fits, then the hold pass; None where it does not fit, where a baseline fits (checkpoint-
+    all's peak first), where the budget is below the least peak, or where the baselines took
+    the time to ``deadline``. ``solve`` runs it first, with ``FROM_BASELINE_SHARE`` of its
+    time, from ``FROM_BASELINE_LEAST_SECONDS`` on: a 12-layer GPT-2 at op level, 10%
     (bench/graphs/gpt2_12-op.json), where the lowest baseline peaks at 1.02 times the budget,
     its descent fits at 1.553 of the total cost (1.7 s), 1.322 after the hold pass (1.7 s);
     after the knapsacks (20 of retention's 30 s) it got no time, nor after the hold pass of
@@ -315,9 +318,9 @@ def _from_baseline(plan: "Plan", budget: float, deadline: float, bound: float) -
     from remat.solvers.min_budget import smallest_baseline
 
     graph = plan.graph
-    if budget < known_floor(graph) or past(deadline):
+    if budget < known_floor(graph) or checkpoint_all_peak(graph) <= budget or past(deadline):
         return None
-    peak, _, S = smallest_baseline(graph, BASELINE_SECONDS, CLASSIC)
+    peak, _, S = smallest_baseline(graph, FROM_BASELINE_SECONDS, CLASSIC)
     if peak <= budget or past(deadline):
         return None
     point = descend(graph, S, budget, _share_of(deadline, 2), cheap=True)
@@ -327,12 +330,21 @@ def _from_baseline(plan: "Plan", budget: float, deadline: float, bound: float) -
     return _hold(plan, budget, found, deadline, bound=bound)
 
 
-BASELINE_SECONDS = 1.0
-"""The most time each classic baseline gets in ``_from_baseline`` (they take milliseconds to a
-second)."""
-BASELINE_SHARE = 0.25
-"""Of retention's time, the most ``_from_baseline`` takes, first."""
-BASELINE_LEAST_SECONDS = 10.0
+def _from_baseline_deadline(deadline: float) -> float:
+    """``_from_baseline``'s deadline in ``solve``: ``FROM_BASELINE_SHARE`` of the time left."""
+    now = time.perf_counter()
+    return now + FROM_BASELINE_SHARE * max(0.0, deadline - now)
+
+
+FROM_BASELINE_SECONDS = 1.0
+"""The time limit of each classic baseline call in ``_from_baseline`` (they take milliseconds
+to a second; the sqrt(n) ones and checkpoint-all do not look at it)."""
+FROM_BASELINE_SHARE = 0.25
+"""Of retention's time, the share ``_from_baseline`` gets, first (the baselines it runs may
+take more). Where the bound's own start would prove the schedule at once, that is time
+spent for nothing: the tiny U-Net at op level, 60%, proven in 1.11 / 0.90 s with limits of
+10 / 30 s, 0.85 / 0.68 s before (one run each, with a test run beside them)."""
+FROM_BASELINE_LEAST_SECONDS = 10.0
 """The least time limit with which retention tries ``_from_baseline``: the baselines it runs
 first (each twice) do not look at the clock. In auto's sweep with 1 s, with it at every
 limit: 8 calls more than 0.25 s late instead of 0 (the slowest 1.53 s), and random_dag(100)
