@@ -77,10 +77,10 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     deadline = None if options.time_limit is None else began + options.time_limit
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
     plan = Plan(graph)
+    first = _share_of(deadline or began + GROW_SECONDS, FROM_BASELINE_PARTS)
     low = None if options.time_limit is not None and \
         options.time_limit < FROM_BASELINE_LEAST_SECONDS else \
-        _from_baseline(plan, budget, _from_baseline_deadline(deadline or began + GROW_SECONDS),
-                       known.value)  # first: the hold passes and knapsacks after may take all
+        _from_baseline(plan, budget, first, known.value)  # the passes after may take all
     held = _held_bound(plan, budget, known, deadline or began + GROW_SECONDS)
     start = _cheaper(held, low)
     if start is not None and (_proven(start, known.value) or past(deadline)):
@@ -307,7 +307,7 @@ def _from_baseline(plan: "Plan", budget: float, deadline: float, bound: float) -
     lowered (``descent.descend``, cost-aware, half the time left after the baselines) until it
     fits, then the hold pass; None where it does not fit, where a baseline fits (checkpoint-
     all's peak first), where the budget is below the least peak, or where the baselines took
-    the time to ``deadline``. ``solve`` runs it first, with ``FROM_BASELINE_SHARE`` of its
+    the time to ``deadline``. ``solve`` runs it first, with 1 / ``FROM_BASELINE_PARTS`` of its
     time, from ``FROM_BASELINE_LEAST_SECONDS`` on: a 12-layer GPT-2 at op level, 10%
     (bench/graphs/gpt2_12-op.json), where the lowest baseline peaks at 1.02 times the budget,
     its descent fits at 1.553 of the total cost (1.7 s), 1.322 after the hold pass (1.7 s);
@@ -330,17 +330,11 @@ def _from_baseline(plan: "Plan", budget: float, deadline: float, bound: float) -
     return _hold(plan, budget, found, deadline, bound=bound)
 
 
-def _from_baseline_deadline(deadline: float) -> float:
-    """``_from_baseline``'s deadline in ``solve``: ``FROM_BASELINE_SHARE`` of the time left."""
-    now = time.perf_counter()
-    return now + FROM_BASELINE_SHARE * max(0.0, deadline - now)
-
-
 FROM_BASELINE_SECONDS = 1.0
 """The time limit of each classic baseline call in ``_from_baseline`` (they take milliseconds
 to a second; the sqrt(n) ones and checkpoint-all do not look at it)."""
-FROM_BASELINE_SHARE = 0.25
-"""Of retention's time, the share ``_from_baseline`` gets, first (the baselines it runs may
+FROM_BASELINE_PARTS = 4
+"""``_from_baseline`` gets 1 / this of retention's time, first (the baselines it runs may
 take more). Where the bound's own start would prove the schedule at once, that is time
 spent for nothing: the tiny U-Net at op level, 60%, proven in 1.11 / 0.90 s with limits of
 10 / 30 s, 0.85 / 0.68 s before (one run each, with a test run beside them)."""
