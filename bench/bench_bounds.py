@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/bench_bounds.py [--graphs zoo,random] [--budgets 40%,60%,80%]
         [--time-limit 60] [--plain-max-nodes 130] [--methods auto,...] [--order trace]
-        [-o bench/results/bounds]
+        [--seeds 0] [-o bench/results/bounds]
     PYTHONPATH=. python bench/bench_bounds.py --graphs chains [-o bench/results/bounds_chains]
 
 Graphs: the tiny zoo captured at module and op granularity with FLOP costs (bench/graphs/,
@@ -34,8 +34,15 @@ each of ``--chain-methods``) against the bound it proves (equal: the schedule is
 all schedules).
 
 Each row: cost and bound as multiples of the graph's total cost (1.0 = no recomputation), the
-certified gap (cost / bound - 1) and the wall time. Timings are wall clock on a shared 2-core
-machine: noisy. Rows go to CSV/JSON as they come; a PNG plots gap against graph size.
+certified gap (cost / bound - 1), the wall time and the seed. Timings are wall clock on a
+shared 2-core machine: noisy. Rows go to CSV/JSON as they come; a PNG plots gap against graph
+size.
+
+``--seeds 0,1,2`` runs every row once per seed (``SolveOptions.seed``: retention's search,
+CP-SAT's). At 60 s a row's cost can move by 5% with the seed alone (gpt2_12-op 30%, auto:
+1.1645 / 1.1117 with seeds 0 / 1; bench/results/fast_notes.md, session 35): to compare two
+versions of the code, run both with the same seeds and compare them with
+``bench/compare_bounds.py``, which counts a row only where the ranges over the seeds part.
 """
 from __future__ import annotations
 
@@ -124,8 +131,9 @@ def chain_rows(limit, sizes=(8, 16, 32, 64, 128), methods=("chain-dp",)):
 ROWS = ("bound", "milp-plain", "retention", "best-classic", "cp-intervals", "auto")
 
 
-def rows_for(name, graph, percent, limit, plain_max, methods=ROWS):
+def rows_for(name, graph, percent, limit, plain_max, methods=ROWS, seed=0):
     budget = remat.parse_budget(percent, graph)
+    options = SolveOptions(time_limit=limit, seed=seed)
     total = graph.total_cost
     out, runs = [], []
     if "bound" in methods:
@@ -133,21 +141,20 @@ def rows_for(name, graph, percent, limit, plain_max, methods=ROWS):
         bound = retention_bound(graph, budget, time_limit=limit)
         out.append(dict(graph=name, T=graph.size, budget=percent, method="bound",
                         status=bound.status, cost=None, bound=_rel(bound.value, total), gap=None,
-                        seconds=round(time.perf_counter() - began, 3)))
+                        seconds=round(time.perf_counter() - began, 3), seed=seed))
     if "milp-plain" in methods and graph.size <= plain_max:
         runs.append(measured("milp-plain", graph, lambda: plain_milp(graph, budget, limit)))
     if "retention" in methods:
         runs.append(measured("retention", graph, lambda: solver("retention")(
-            graph, budget, SolveOptions(time_limit=limit))))
+            graph, budget, options)))
     if "best-classic" in methods:
         runs.append(measured("best-classic", graph,
                              lambda: best_baseline(graph, budget, CLASSIC)))
     if "cp-intervals" in methods:
         runs.append(measured("cp-intervals", graph, lambda: solver("cp-intervals")(
-            graph, budget, SolveOptions(time_limit=limit))))
+            graph, budget, options)))
     if "auto" in methods:
-        runs.append(measured("auto", graph, lambda: solver("auto")(
-            graph, budget, SolveOptions(time_limit=limit))))
+        runs.append(measured("auto", graph, lambda: solver("auto")(graph, budget, options)))
     for label, sol, wall in runs:
         feasible = sol is not None and sol.feasible
         lower = sol.lower_bound if feasible and label != "best-classic" else None
@@ -157,7 +164,7 @@ def rows_for(name, graph, percent, limit, plain_max, methods=ROWS):
                         bound=_rel(lower, total) if lower is not None else None,
                         gap=(sol.compute_cost / lower - 1) if lower else None,
                         seconds=round(wall, 3),
-                        chosen=sol.details.get("chosen") if feasible else None))
+                        chosen=sol.details.get("chosen") if feasible else None, seed=seed))
     return out
 
 
@@ -210,6 +217,8 @@ def main(argv=None) -> None:
                         help="comma-separated rows to run for each zoo or random graph")
     parser.add_argument("--order", default="trace", choices=ORDERS,
                         help="memory: the zoo graphs reordered by the rule capture now applies")
+    parser.add_argument("--seeds", default="0",
+                        help="comma-separated seeds: every row runs once per seed")
     parser.add_argument("-o", "--output", default="bench/results/bounds")
     args = parser.parse_args(argv)
     selected = graphs(args.graphs.split(","), args.order)
@@ -225,12 +234,13 @@ def main(argv=None) -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             write(rows, args)
-        for name, graph, percent in ((n, g, p) for n, g in selected
-                                     for p in args.budgets.split(",")):
+        seeds = [int(s) for s in args.seeds.split(",")]
+        for name, graph, percent, seed in ((n, g, p, s) for n, g in selected
+                                           for p in args.budgets.split(",") for s in seeds):
             if interrupt.requested():
                 break
             for row in rows_for(name, graph, percent, args.time_limit, args.plain_max_nodes,
-                                tuple(args.methods.split(","))):
+                                tuple(args.methods.split(",")), seed):
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             write(rows, args)
@@ -241,7 +251,7 @@ def main(argv=None) -> None:
 
 def write(rows, args) -> None:
     fields = ["graph", "T", "budget", "method", "status", "cost", "bound", "gap", "seconds",
-              "chosen"]
+              "chosen", "seed"]
     with open(args.output + ".csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
