@@ -39,10 +39,11 @@ shared 2-core machine: noisy. Rows go to CSV/JSON as they come; a PNG plots gap 
 size.
 
 ``--seeds 0,1,2`` runs every row once per seed (``SolveOptions.seed``: retention's search,
-CP-SAT's). At 60 s a row's cost can move by 5% with the seed alone (gpt2_12-op 30%, auto:
-1.1645 / 1.1117 with seeds 0 / 1; bench/results/fast_notes.md, session 35): to compare two
-versions of the code, run both with the same seeds and compare them with
-``bench/compare_bounds.py``, which counts a row only where the ranges over the seeds part.
+CP-SAT's). At 60 s a row's cost can move by 5% from one run to the next, where a deadline
+cuts a search (gpt2_12-op 30%, auto, seed 0: 1.1630 and 1.1117 in two runs;
+bench/results/fast_notes.md, session 35): to compare two versions of the code, run both
+with the same seeds and compare them with ``bench/compare_bounds.py``, which counts a row
+only where the ranges over the runs part.
 """
 from __future__ import annotations
 

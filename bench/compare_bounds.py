@@ -6,7 +6,7 @@ A row is a graph, a budget and a method; each file may hold it once per seed (``
 A row is "lower" only where every seed's cost after is below every seed's cost before (by
 more than ``--tolerance``, relative), "higher" the other way round, "schedule" or "lost"
 where only one side found a schedule, else "within" (the ranges overlap: at 60 s a row's
-cost can move by 5% with the seed alone). Printed: every row that is not "within", then the
+cost can move by 5% from one run to the next). Printed: every row that is not "within", then the
 counts, the mean over rows of log(cost / bound) on each side (each row's median seed; rows
 with a cost and a bound on both sides) and each side's slowest call.
 """
