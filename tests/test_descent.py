@@ -185,8 +185,8 @@ def test_auto_gives_the_time_left_to_the_least_peak_when_nothing_fits():
     """Where no method found a schedule and nothing proved that none fits, what is left of
     auto's time goes to ``min_budget`` without its MILP: its schedule where it fits, else its
     peak as the least budget (gpt2 at op level, 20%: 3628040 -> 3254280 B, measured), from
-    ``LOWEST_LEFT_SECONDS`` left on (half a second: gpt2 at op level, 30%, 1 s, has a
-    schedule only so)."""
+    ``LOWEST_LEFT_SECONDS`` left on (gpt2 at op level, 30%, with 1 s: its schedule comes
+    from the 0.21 s left)."""
     import time as clock
 
     from remat.schedule.budget import checkpoint_all_peak

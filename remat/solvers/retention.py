@@ -339,10 +339,13 @@ take more). Where the bound's own start would prove the schedule at once, that i
 spent for nothing: the tiny U-Net at op level, 60%, proven in 1.11 / 0.90 s with limits of
 10 / 30 s, 0.85 / 0.68 s before (one run each, with a test run beside them)."""
 FROM_BASELINE_LEAST_SECONDS = 10.0
-"""The least time limit with which retention tries ``_from_baseline``: the baselines it runs
-first (each twice) do not look at the clock. In auto's sweep with 1 s, with it at every
-limit: 8 calls more than 0.25 s late instead of 0 (the slowest 1.53 s), and random_dag(100)
-20% and random_dag(250) 10% without a schedule (bench/results/fast_notes.md, session 34)."""
+"""The least time limit with which retention tries ``_from_baseline``. In auto's sweep with
+1 s, with it at every limit: 8 calls more than 0.25 s late instead of 0 (the slowest 1.53
+s), and random_dag(100) 20% and random_dag(250) 10% without a schedule (session 34). The
+baselines it runs first do not look at the clock but take 0.01-0.33 s on the sweep's
+graphs; the descent after them is the slow part: without the gate, none of the seven rows
+that auto left without a schedule at 1 s got one at 1 or 2 s (bench/results/fast_notes.md,
+session 35)."""
 
 
 def _grow(plan: "Plan", budget: float, best: tuple, weights: np.ndarray,
