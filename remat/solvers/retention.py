@@ -344,8 +344,8 @@ FROM_BASELINE_LEAST_SECONDS = 10.0
 s), and random_dag(100) 20% and random_dag(250) 10% without a schedule (session 34). The
 baselines it runs first do not look at the clock but take 0.01-0.33 s on the sweep's
 graphs; the descent after them is the slow part: without the gate, none of the seven rows
-that auto left without a schedule at 1 s got one at 1 or 2 s (bench/results/fast_notes.md,
-session 35)."""
+that auto left without a schedule at 1 s got one at 1 or 2 s that it lacked with the gate
+(bench/results/fast_notes.md, session 35)."""
 
 
 def _grow(plan: "Plan", budget: float, best: tuple, weights: np.ndarray,
