@@ -39,11 +39,12 @@ shared 2-core machine: noisy. Rows go to CSV/JSON as they come; a PNG plots gap 
 size.
 
 ``--seeds 0,1,2`` runs every row once per seed (``SolveOptions.seed``: retention's search,
-CP-SAT's). At 60 s a row's cost can move by 5% from one run to the next, where a deadline
-cuts a search (gpt2_12-op 30%, auto, seed 0: 1.1630 and 1.1117 in two runs;
-bench/results/fast_notes.md, session 35): to compare two versions of the code, run both
-with the same seeds and compare them with ``bench/compare_bounds.py``, which counts a row
-only where the ranges over the runs part.
+CP-SAT's, HiGHS's; ``bound`` and ``best-classic`` do not take one: each seed reruns the
+same call; ``--graphs chains`` rows run once, with no seed). At 60 s a row's
+cost can move by 5% from one run to the next, where a deadline cuts a search (gpt2_12-op
+30%, auto, seed 0: 1.1630 and 1.1117 in two runs; bench/results/fast_notes.md, session 35):
+to compare two versions of the code, run both with the same seeds and compare them with
+``bench/compare_bounds.py``, which counts a row only where the ranges over the runs part.
 """
 from __future__ import annotations
 
@@ -95,10 +96,10 @@ def measured(label, graph, run):
     return label, sol, time.perf_counter() - began
 
 
-def plain_milp(graph, budget, limit):
+def plain_milp(graph, budget, limit, seed=0):
     """Checkmate's MILP as published: cold start, HiGHS's own bound only."""
-    return solve_with(graph, budget, SolveOptions(time_limit=limit, warm_start=False), TIGHT,
-                      retention=False)
+    return solve_with(graph, budget, SolveOptions(time_limit=limit, warm_start=False,
+                                                  seed=seed), TIGHT, retention=False)
 
 
 def chain_rows(limit, sizes=(8, 16, 32, 64, 128), methods=("chain-dp",)):
@@ -144,7 +145,8 @@ def rows_for(name, graph, percent, limit, plain_max, methods=ROWS, seed=0):
                         status=bound.status, cost=None, bound=_rel(bound.value, total), gap=None,
                         seconds=round(time.perf_counter() - began, 3), seed=seed))
     if "milp-plain" in methods and graph.size <= plain_max:
-        runs.append(measured("milp-plain", graph, lambda: plain_milp(graph, budget, limit)))
+        runs.append(measured("milp-plain", graph, lambda: plain_milp(graph, budget, limit,
+                                                                      seed)))
     if "retention" in methods:
         runs.append(measured("retention", graph, lambda: solver("retention")(
             graph, budget, options)))

@@ -3,12 +3,14 @@
     python bench/compare_bounds.py BEFORE.csv AFTER.csv [--method auto] [--tolerance 1e-3]
 
 A row is a graph, a budget and a method; each file may hold it once per seed (``--seeds``).
-A row is "lower" only where every seed's cost after is below every seed's cost before (by
-more than ``--tolerance``, relative), "higher" the other way round, "schedule" or "lost"
-where only one side found a schedule, else "within" (the ranges overlap: at 60 s a row's
-cost can move by 5% from one run to the next). Printed: every row that is not "within", then the
-counts, the mean over rows of log(cost / bound) on each side (each row's median seed; rows
-with a cost and a bound on both sides) and each side's slowest call.
+A row is "schedule" where more of its runs found a schedule after than before, "lost" where
+fewer did, "none" where no run found one on either side; otherwise "lower" only where every
+run's cost after is below every run's cost before (by more than ``--tolerance``, relative),
+"higher" the other way round, else "within" (the ranges overlap: at 60 s a row's cost can
+move by 5% from one run to the next). Printed: every row that is not "within" or "none",
+the rows in one file only, the counts, the mean over rows of log(cost / bound) on each side
+(each row's median over its runs; rows with a cost and a bound on both sides) and each
+side's slowest call.
 """
 from __future__ import annotations
 
@@ -30,13 +32,17 @@ def load(path: str, method: str) -> dict[tuple, list[dict]]:
 
 
 def costs(rows: list[dict]) -> list[float]:
+    """The costs of the runs that found a schedule."""
     return [float(r["cost"]) for r in rows if r["cost"]]
 
 
 def verdict(before: list[dict], after: list[dict], tolerance: float) -> str:
     old, new = costs(before), costs(after)
-    if not old or not new:
-        return "within" if bool(old) == bool(new) else ("schedule" if new else "lost")
+    found_before, found_after = len(old) / len(before), len(new) / len(after)
+    if found_after != found_before:
+        return "schedule" if found_after > found_before else "lost"
+    if not old:
+        return "none"
     if max(new) < min(old) * (1 - tolerance):
         return "lower"
     if min(new) > max(old) * (1 + tolerance):
@@ -45,9 +51,10 @@ def verdict(before: list[dict], after: list[dict], tolerance: float) -> str:
 
 
 def log_gap(rows: list[dict]) -> float | None:
-    """log(cost / bound) of the row's median seed; None without a cost and a bound."""
+    """The median over the row's runs of log(cost / bound); None without a positive cost and
+    bound."""
     gaps = [math.log(float(r["cost"]) / float(r["bound"])) for r in rows
-            if r["cost"] and r["bound"]]
+            if r["cost"] and r["bound"] and float(r["cost"]) > 0 and float(r["bound"]) > 0]
     return statistics.median(gaps) if gaps else None
 
 
@@ -65,7 +72,7 @@ def compare(before: dict, after: dict, tolerance: float) -> tuple[list[str], dic
     for key in sorted(before.keys() & after.keys()):
         found = verdict(before[key], after[key], tolerance)
         counts[found] += 1
-        if found != "within":
+        if found not in ("within", "none"):
             lines.append(f"{key[0]} {key[1]}: {span(before[key])} -> {span(after[key])} "
                          f"({len(before[key])} / {len(after[key])} runs): {found}")
         old, new = log_gap(before[key]), log_gap(after[key])
@@ -91,7 +98,11 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     before, after = load(args.before, args.method), load(args.after, args.method)
     lines, counts, (old, new, rows) = compare(before, after, args.tolerance)
-    print("\n".join(lines) or "no row moved beyond the spread of its seeds")
+    print("\n".join(lines) or "no row moved beyond the spread of its runs")
+    for name, only in (("before", before.keys() - after.keys()),
+                       ("after", after.keys() - before.keys())):
+        if only:
+            print(f"only {name}:", ", ".join(f"{g} {b}" for g, b in sorted(only)))
     print("rows:", ", ".join(f"{n} {name}" for name, n in sorted(counts.items())))
     if rows:
         print(f"mean log(cost / bound) over {rows} rows: {old / rows:.4f} -> {new / rows:.4f}")

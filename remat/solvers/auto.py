@@ -155,7 +155,8 @@ LOWEST_LEFT_SECONDS = 0.1
 """The least time left worth a search for the least peak when no method found a schedule. At
 1.0 (before session 35) gpt2 at op level, 30%, with 1 s, ended after 0.79 s with no schedule;
 with the 0.21 s left, min_budget's schedule fits (1.523 of the total cost), and in the sweep
-with 1 s no call ended later than before (bench/results/fast_notes.md, session 35)."""
+with 1 s no call ran further past the limit than before (bench/results/fast_notes.md,
+session 35)."""
 MIN_STEP_SECONDS = 0.1
 """The least time a method gets once the limit is spent (the baselines take milliseconds)."""
 LEFT_GAP = 1e-4
