@@ -294,12 +294,8 @@ def _from_bound(plan: "Plan", budget: float, kept: frozenset[int] | None,
     if kept is None or budget < known_floor(plan.graph):
         return None
     now = time.perf_counter()
-    point = descend(plan.graph, plan.schedule(set(kept))[1], budget,
-                    now + GROW_SHARE * max(0.0, deadline - now), cheap=True)
-    if not point.fits(budget):
-        return None
-    found = point.sim.compute_cost, point.R, point.S, set(kept)
-    return _hold(plan, budget, found, deadline, bound=bound)
+    return _lowered(plan, budget, plan.schedule(set(kept))[1], set(kept),
+                    now + GROW_SHARE * max(0.0, deadline - now), deadline, bound)
 
 
 def _from_baseline(plan: "Plan", budget: float, deadline: float, bound: float) -> tuple | None:
@@ -323,10 +319,18 @@ def _from_baseline(plan: "Plan", budget: float, deadline: float, bound: float) -
     peak, _, S = smallest_baseline(graph, FROM_BASELINE_SECONDS, CLASSIC)
     if peak <= budget or past(deadline):
         return None
-    point = descend(graph, S, budget, _share_of(deadline, 2), cheap=True)
+    return _lowered(plan, budget, S, set(), _share_of(deadline, 2), deadline, bound)
+
+
+def _lowered(plan: "Plan", budget: float, S: np.ndarray, kept: set[int], until: float,
+             deadline: float, bound: float) -> tuple | None:
+    """Schedule ``S`` with its peak lowered until it fits (``descent.descend``, cost-aware,
+    to ``until``), then the hold pass to ``deadline``, recorded with the gaps ``kept``; None
+    if the descent does not fit it."""
+    point = descend(plan.graph, S, budget, until, cheap=True)
     if not point.fits(budget):
         return None
-    found = point.sim.compute_cost, point.R, point.S, set()
+    found = point.sim.compute_cost, point.R, point.S, kept
     return _hold(plan, budget, found, deadline, bound=bound)
 
 
