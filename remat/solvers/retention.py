@@ -83,6 +83,8 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         _from_baseline(plan, budget, first, known.value)  # the passes after may take all
     held = _held_bound(plan, budget, known, deadline or began + GROW_SECONDS)
     start = _cheaper(held, low)
+    report = _reporter(options, known.value, began)
+    report(start)
     if start is not None and (_proven(start, known.value) or past(deadline)):
         return _solution(graph, budget, start, known.value, began, deadline, tries=0)
     best, weights, tries = None, plan.own_costs(), 0
@@ -94,6 +96,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         if kept is None or past(deadline):
             break
         weights = plan.rebuild_costs(kept)
+    report(best)
     until = deadline or time.perf_counter() + GROW_SECONDS
     if held is None:  # the bound's schedule goes over the budget: lower its peak first
         start = _cheaper(start, _from_bound(plan, budget, known.kept, until, known.value))
@@ -108,7 +111,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
                      known.value)
         if not _proven(best, known.value):
             best = _hold(plan, budget, best, until, bound=known.value)
-    best = _searched(plan, budget, best, start, until, options, known.value)
+    best = _searched(plan, budget, best, start, until, options, known.value, report)
     if best is None:  # min_budget: the least peak this method reaches
         least = _least_peak(plan, budget, until, options.threads)
         proof = {"proven": True} if budget < known_floor(graph) else {}  # below the least peak
@@ -125,6 +128,27 @@ def _solution(graph: RematGraph, budget: float, best: tuple, bound: float, began
     return Solution.from_schedule(graph, best[1], best[2], "retention", status, budget,
                                   lower_bound=bound, solve_time=time.perf_counter() - began,
                                   tries=tries)
+
+
+def _reporter(options: SolveOptions, bound: float, began: float):
+    """A function that sends each schedule (cost, R, S, kept) cheaper than the ones before
+    to ``options.progress`` (its cost, ``bound``, the gap and the seconds since ``began``):
+    the search's start and each schedule that improves on it, so that a long search shows
+    where it is (``remat solve``, auto's progress)."""
+    least = [math.inf]
+
+    def report(found: tuple | None) -> None:
+        if options.progress is None or found is None or found[0] >= least[0]:
+            return
+        least[0] = cost = found[0]
+        options.progress({"incumbent": cost, "bound": bound,
+                          "gap": (cost - bound) / cost if cost > 0 else 0.0,
+                          "time": time.perf_counter() - began})
+    return report
+
+
+def _silent(found: tuple | None) -> None:
+    """No progress to report (``_reporter``'s place where the caller gives none)."""
 
 
 def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
@@ -246,19 +270,23 @@ def _cheaper(a: tuple | None, b: tuple | None) -> tuple | None:
 
 
 def _searched(plan: "Plan", budget: float, best: tuple | None, start: tuple | None,
-              deadline: float, options: SolveOptions, bound: float) -> tuple | None:
+              deadline: float, options: SolveOptions, bound: float,
+              report=_silent) -> tuple | None:
     """The cheapest of the search (``_search``) from the cheaper of two starts (the hill
     climbing's best; the bound's schedule, or ``_from_baseline``'s where cheaper) and, where
     it stalls before ``deadline``, from the other: gpt2 at op level, 30%, 60 s: the bound's
     schedule (1.2655 of the total cost) is a basin the search does not leave (1.2650 after
     24 s); from the other start (1.2744) it reaches 1.2270."""
     first, other = (best, start) if _cheaper(best, start) is best else (start, best)
+    report(first)
     if first is None or _proven(first, bound):
         return first
-    found = _search(plan, budget, first, deadline, options.seed, options.threads, bound)
+    found = _search(plan, budget, first, deadline, options.seed, options.threads, bound,
+                    report)
     if other is None or past(deadline) or _proven(found, bound):
         return found
-    again = _search(plan, budget, other, deadline, options.seed + 1, options.threads, bound)
+    again = _search(plan, budget, other, deadline, options.seed + 1, options.threads, bound,
+                    report)
     return _cheaper(found, again)
 
 
@@ -458,7 +486,7 @@ without a time limit, so the search ran its full ``GROW_SECONDS``."""
 
 
 def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int,
-            threads, bound: float) -> tuple:
+            threads, bound: float, report=_silent) -> tuple:
     """Iterated local search until the deadline, until it stalls (``STALL``), or until the
     best meets ``bound`` (proven optimal): kick the best schedule (drop a few values from
     a random stage of their residency on, then the hold pass) or restart from the knapsack
@@ -470,7 +498,8 @@ def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int
     1.0214, random weights alone resnet50 module 40% from 1.0361 to 1.0306 and U-Net op 80%
     from 1.0165 to 1.0052. Taking turns, restarts (3x dearer there) held gpt2 module 60% at
     1.0405 for 30 s; sharing seconds, it reached 1.0214 (proven optimal) in 1.6 s; sharing
-    work, 1.021659 (0.025% above the bound) at limits of 14 and 30 s alike."""
+    work, 1.021659 (0.025% above the bound) at limits of 14 and 30 s alike. Each better
+    schedule goes to ``report`` (``_reporter``)."""
     rng = np.random.default_rng(seed)
     stall, spent = [0, 0], [0, 0]  # failed tries and work (plan.work): of kicks, of restarts
     start = last = plan.work  # last: when the best last improved
@@ -484,6 +513,7 @@ def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int
         spent[move] += plan.work - began
         if found is not None and found[0] < best[0] - 1e-12 * abs(best[0]):
             best, stall, last = found, [0, 0], plan.work
+            report(best)
         else:
             stall[move] += 1
     return best
