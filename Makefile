@@ -5,7 +5,7 @@ STAMP := $(VENV)/.remat-installed
 
 .PHONY: setup demo test test-core bench clean
 
-$(STAMP): pyproject.toml setup.py remat/solvers/_chain_dp_c.c
+$(STAMP): pyproject.toml setup.py remat/solvers/_chain_dp_c.c remat/schedule/_rs_c.c
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch is pinned in pyproject (torch==2.14.1, torchvision==0.29.1): pip never fetches another build
@@ -25,4 +25,4 @@ test: test-core
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info remat/solvers/*.so
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info remat/solvers/*.so remat/schedule/*.so

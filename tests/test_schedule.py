@@ -126,8 +126,19 @@ def test_s_from_r_and_tighten_are_fixed_points():
     assert np.array_equal(s_from_r(g, R), S)
 
 
+@pytest.fixture(params=["c", "numpy"])
+def rs_in(request, monkeypatch):
+    """``cheapest_r`` and ``s_from_r`` in C (where built; else skipped) and in numpy."""
+    from remat.schedule import rs
+
+    if request.param == "c" and not rs.COMPILED:
+        pytest.skip("the C extension (setup.py) is not built")
+    monkeypatch.setattr(rs, "COMPILED", request.param == "c")
+    return request.param
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_s_from_r_keeps_each_value_from_its_last_computation_to_each_read(seed):
+def test_s_from_r_keeps_each_value_from_its_last_computation_to_each_read(seed, rs_in):
     """The definition, checked cell by cell on random recomputations: S[t, d] exactly where
     d is read in a later-or-equal stage r (from outside r: not computed in r) with no
     computation of d in stages t..r; and (R, S) is valid."""
@@ -145,7 +156,7 @@ def test_s_from_r_keeps_each_value_from_its_last_computation_to_each_read(seed):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_cheapest_r_computes_what_s_forces_and_its_missing_inputs(seed):
+def test_cheapest_r_computes_what_s_forces_and_its_missing_inputs(seed, rs_in):
     """The definition, stage by stage on random residencies: node t, each value kept into
     stage t+1 that is not resident at stage t, and (searched by hand) every input of those
     that is neither resident nor already among them."""
@@ -164,12 +175,45 @@ def test_cheapest_r_computes_what_s_forces_and_its_missing_inputs(seed):
         assert set(np.flatnonzero(R[t]).tolist()) == row, t
 
 
-def test_s_from_r_names_a_read_before_any_computation():
+def test_s_from_r_names_a_read_before_any_computation(rs_in):
     g = chain()
     R = np.eye(5, dtype=bool)
     R[0, 0] = False
     with pytest.raises(InvalidScheduleError, match="stage 1: .*'b'.* reads .*'a'.* before any"):
         s_from_r(g, R)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_cheapest_r_and_s_from_r_in_c_equal_numpy(seed, monkeypatch):
+    """The C functions (setup.py) give numpy's matrices on random schedules of 61-161 nodes,
+    also from views that are not contiguous, and name the same first read where R computes a
+    value too late."""
+    from remat.schedule import rs
+
+    if not rs.COMPILED:
+        pytest.skip("the C extension (setup.py) is not built")
+    g = remat.graphs.random_dag(30 + 10 * seed, seed=seed)
+    rng = np.random.default_rng(seed)
+    size = g.size
+    S = np.tril(rng.random((size, size)) < 0.3, -1)
+    assert np.array_equal(cheapest_r(g, S), rs._cheapest_r(g, S))
+    R = np.eye(size, dtype=bool) | np.tril(rng.random((size, size)) < 0.05, -1)
+    assert np.array_equal(s_from_r(g, R), rs._s_from_r(g, R))
+    wide = np.zeros((size, 2 * size), dtype=bool)
+    wide[:, ::2] = S
+    assert np.array_equal(cheapest_r(g, wide[:, ::2]), rs._cheapest_r(g, S))
+    late = R.copy()
+    v = next(d for k in range(size) for d in g.deps[k])  # read first by a node before the end
+    late[:, v] = False
+    late[size - 1, v] = True  # computed only in the last stage: its readers come first
+    found = {}
+    for compiled in (True, False):
+        monkeypatch.setattr(rs, "COMPILED", compiled)
+        with pytest.raises(InvalidScheduleError) as caught:
+            s_from_r(g, late)
+        found[compiled] = (str(caught.value), tighten(g, S))
+    assert found[True][0] == found[False][0]
+    assert all(np.array_equal(c, p) for c, p in zip(found[True][1], found[False][1]))
 
 
 def test_recomputing_a_resident_value_replaces_it():

@@ -14,6 +14,13 @@ from remat.errors import InvalidScheduleError
 from remat.graph.core import RematGraph
 from remat.schedule.simulate import as_matrix, nonzero, reads, upper
 
+try:  # the same two functions in C (setup.py), 10x faster or more; numpy where not built
+    from remat.schedule import _rs_c
+except ImportError:
+    _rs_c = None
+COMPILED = _rs_c is not None
+"""Whether ``cheapest_r`` and ``s_from_r`` run in C."""
+
 
 def cheapest_r(graph: RematGraph, S) -> np.ndarray:
     """The least R that makes ``S`` a valid schedule (R[t] never recomputes a resident value)."""
@@ -23,6 +30,16 @@ def cheapest_r(graph: RematGraph, S) -> np.ndarray:
         t, i = map(int, np.argwhere(S & upper(size, 0))[0])
         raise InvalidScheduleError(f"S[{t},{i}]=1: stage {t} cannot start with "
                                    f"{graph.describe(i)}, which comes at or after node {t}")
+    if COMPILED:
+        R = np.zeros((size, size), dtype=bool)
+        _rs_c.cheapest_r(np.ascontiguousarray(S), R, *graph.dep_edges)
+        return R
+    return _cheapest_r(graph, S)
+
+
+def _cheapest_r(graph: RematGraph, S: np.ndarray) -> np.ndarray:
+    """``cheapest_r`` in numpy, for a valid ``S``."""
+    size = graph.size
     R = np.zeros_like(S)
     R[:-1] = S[1:] & ~S[:-1]  # kept into stage t+1 but not resident at stage t
     np.fill_diagonal(R, True)
@@ -40,6 +57,22 @@ def cheapest_r(graph: RematGraph, S) -> np.ndarray:
 def s_from_r(graph: RematGraph, R) -> np.ndarray:
     """The least S for ``R``: each value stays from its last computation to its last read."""
     R = as_matrix(graph, R, "R")
+    if not COMPILED:
+        return _s_from_r(graph, R)
+    S = np.zeros(R.shape, dtype=bool)
+    early = _rs_c.s_from_r(np.ascontiguousarray(R), S, *graph.dep_edges)
+    if early is not None:
+        raise _read_too_early(graph, *early)
+    return S
+
+
+def _read_too_early(graph: RematGraph, stage: int, reader: int, dep: int) -> Exception:
+    return InvalidScheduleError(f"stage {stage}: {graph.describe(reader)} reads "
+                                f"{graph.describe(dep)} before any stage computes it")
+
+
+def _s_from_r(graph: RematGraph, R: np.ndarray) -> np.ndarray:
+    """``s_from_r`` in numpy."""
     size = graph.size
     c_stage, c_node = nonzero(R)
     comp, dep = reads(graph, c_node)
@@ -51,9 +84,7 @@ def s_from_r(graph: RematGraph, R) -> np.ndarray:
     early = np.flatnonzero(first[dep] >= stage)
     if early.size:
         i = early[0]
-        raise InvalidScheduleError(
-            f"stage {stage[i]}: {graph.describe(int(reader[i]))} reads "
-            f"{graph.describe(int(dep[i]))} before any stage computes it")
+        raise _read_too_early(graph, int(stage[i]), int(reader[i]), int(dep[i]))
     # each value's events by stage: its computations and the stages that read it; S[t, d]
     # when the next event of d from stage t on is a read, so from the event before each read
     # (there is one: its computation at least) up to the read

@@ -139,11 +139,11 @@ def _moves(graph: RematGraph, point: Point, t: int) -> Iterator[np.ndarray]:
 
 def _drop(graph: RematGraph, R: np.ndarray, S: np.ndarray, t: int, v: int) -> np.ndarray:
     """S with ``v`` freed from stage ``t`` up to and including the next stage that reads it."""
-    dropped = S.copy()
+    dropped, users = S.copy(), list(graph.users[v])
     for u in range(t, graph.size):
         if not dropped[u, v]:
             break
         dropped[u, v] = False
-        if any(v in graph.deps[k] for k in np.flatnonzero(R[u])):
+        if R[u, users].any():  # a computation of stage u reads v
             break
     return dropped
