@@ -14,7 +14,8 @@ from remat.errors import InvalidScheduleError
 from remat.graph.core import RematGraph
 from remat.schedule.simulate import as_matrix, nonzero, reads, upper
 
-try:  # the same two functions in C (setup.py), 10x faster or more; numpy where not built
+try:  # the same two functions in C (setup.py), 5-11x faster at 266-679 nodes; numpy where
+    # not built (bench/results/fast_notes.md, session 36)
     from remat.schedule import _rs_c
 except ImportError:
     _rs_c = None
@@ -66,7 +67,9 @@ def s_from_r(graph: RematGraph, R) -> np.ndarray:
     return S
 
 
-def _read_too_early(graph: RematGraph, stage: int, reader: int, dep: int) -> Exception:
+def _read_too_early(graph: RematGraph, stage: int, reader: int,
+                    dep: int) -> InvalidScheduleError:
+    """The error for stage ``stage``'s ``reader`` reading ``dep`` before any computation."""
     return InvalidScheduleError(f"stage {stage}: {graph.describe(reader)} reads "
                                 f"{graph.describe(dep)} before any stage computes it")
 
