@@ -1051,8 +1051,9 @@ def test_recomputations_are_those_of_the_loop():
 def test_retention_reports_each_cheaper_schedule_as_it_finds_it():
     """``options.progress`` gets retention's schedules as they come, each cheaper than the one
     before: the start of its search, then each schedule its search finds (gpt2 at module
-    level, 40%, 10 s: the search lowers its start, 1.1243 -> 1.1145 of the total, measured),
-    the last the one it returns, with its bound, the gap and rising seconds."""
+    level, 40%, 10 s: the search lowers its start, 1.1243 -> 1.1145 of the total, by 1.8 s
+    in the run measured), the last the one it returns, with its bound, the gap and rising
+    seconds."""
     graph = _graph_file("gpt2-module")
     budget = remat.parse_budget("40%", graph)
     seen = []

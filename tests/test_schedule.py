@@ -131,7 +131,8 @@ def rs_in(request, monkeypatch):
     """``cheapest_r`` and ``s_from_r`` in C and in numpy."""
     from remat.schedule import rs
 
-    assert rs.COMPILED, "the C extension remat/schedule/_rs_c.c was not built (make setup)"
+    if request.param == "c":
+        assert rs.COMPILED, "the C extension remat/schedule/_rs_c.c was not built (make setup)"
     monkeypatch.setattr(rs, "COMPILED", request.param == "c")
     return request.param
 
@@ -184,9 +185,9 @@ def test_s_from_r_names_a_read_before_any_computation(rs_in):
 
 @pytest.mark.parametrize("seed", range(8))
 def test_cheapest_r_and_s_from_r_in_c_equal_numpy(seed, monkeypatch):
-    """The C functions (setup.py) give numpy's matrices on random schedules of 61-161 nodes,
-    also from views that are not contiguous, and name the same first read where R computes a
-    value too late."""
+    """The C functions (setup.py) give numpy's matrices on random schedules of 61-201 nodes,
+    also from views that are not contiguous, and name the same first read where R computes
+    values too late."""
     from remat.schedule import rs
 
     assert rs.COMPILED, "the C extension remat/schedule/_rs_c.c was not built (make setup)"
@@ -200,10 +201,12 @@ def test_cheapest_r_and_s_from_r_in_c_equal_numpy(seed, monkeypatch):
     wide = np.zeros((size, 2 * size), dtype=bool)
     wide[:, ::2] = S
     assert np.array_equal(cheapest_r(g, wide[:, ::2]), rs._cheapest_r(g, S))
+    wide[:, ::2] = R
+    assert np.array_equal(s_from_r(g, wide[:, ::2]), rs._s_from_r(g, R))
     late = R.copy()
-    v = next(d for k in range(size) for d in g.deps[k])  # read first by a node before the end
-    late[:, v] = False
-    late[size - 1, v] = True  # computed only in the last stage: its readers come first
+    for v in sorted({d for k in range(size) for d in g.deps[k]})[:3]:  # all read before the end
+        late[:, v] = False
+        late[size - 1, v] = True  # computed only in the last stage: its readers come first
     found = {}
     for compiled in (True, False):
         monkeypatch.setattr(rs, "COMPILED", compiled)

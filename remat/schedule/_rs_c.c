@@ -31,7 +31,9 @@ static void release(Args *a) {
     PyBuffer_Release(&a->indices);
 }
 
-/* Parse (matrix, out, indptr, indices) and check their sizes; 0 on error (raised). */
+/* Parse (matrix, out, indptr, indices) and check their sizes; 0 on error (raised). The CSR
+ * itself is trusted: rs.py passes a graph's own ``dep_edges`` (indices in [0, T), indptr
+ * non-decreasing, both checked when the graph was built). */
 static int parse(PyObject *args, Args *a) {
     if (!PyArg_ParseTuple(args, "y*w*y*y*", &a->first, &a->second, &a->indptr, &a->indices))
         return 0;
