@@ -475,11 +475,12 @@ def _lowest_left(graph: RematGraph, budget: float, options: SolveOptions,
     nothing, and their least budget is 3628040 B; the 5 s left reach 3254280 B. Not on
     chains past ``LONG_CHAIN`` (``_run_methods``), where the schedules near the least peak
     recompute O(n^2) nodes: on heterogeneous linear(2048) at its least peak it took 55.6 s
-    of the 7.5 s left and found none."""
+    of the 7.5 s left and found none. Its descent stops once the peak fits the budget
+    (``min_budget``'s ``enough``): lower peaks only cost more."""
     left = _left(deadline)
     if left < LOWEST_LEFT_SECONDS:
         return []
-    lowest = min_budget(graph, replace(options, time_limit=left), exact=False)
+    lowest = min_budget(graph, replace(options, time_limit=left), exact=False, enough=budget)
     if lowest.peak_memory <= budget:
         return [Solution.from_schedule(graph, lowest.R, lowest.S, "min_budget", "feasible",
                                        budget, solve_time=lowest.solve_time)]

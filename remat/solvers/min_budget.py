@@ -78,7 +78,7 @@ def smallest_baseline(graph: RematGraph, seconds: float = BASELINE_SECONDS,
 
 
 def min_budget(graph: RematGraph, options: SolveOptions | None = None,
-               exact: bool = True) -> MinBudget:
+               exact: bool = True, enough: float | None = None) -> MinBudget:
     """The exact smallest budget of ``graph`` (within ``options.time_limit``, if any).
 
     The best baseline's schedule, its peak lowered by the descent (``DESCENT_SHARE`` of the
@@ -90,6 +90,12 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
     is "feasible" with that bound as the lower bound.
     gpt2 at module level, 15 s, without ``exact``: 3676168 B unproven in 15 s before (the
     descent went on toward the operand bound), proven in 3.4 s now.
+    ``enough``: a peak low enough for the caller (auto's last resort wants a schedule within
+    its budget, and each step below it only recomputes more): the descent stops there, and a
+    schedule that peaks at most that is returned at once (gpt2 at op level, 30%, auto with
+    1 s: 1.448-1.523 of the total cost with the numpy derivations, 1.896-2.167 with the C ones,
+    whose descent went further below the budget, 3 runs each; bench/results/fast_notes.md,
+    session 36).
     """
     options = options or SolveOptions()
     began = time.perf_counter()
@@ -97,13 +103,16 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
     peak, R, S = smallest_baseline(graph, _baseline_time(options.time_limit))
     if peak > floor:  # the pebbling bound: proof, and where the descent may stop
         floor = peak_floor(graph, floor_seconds(options.time_limit)).value
-    if peak > floor:
+    target = floor if enough is None else max(floor, enough)
+    if peak > target:
         share = DESCENT_SHARE if exact else 1.0
         deadline = None if options.time_limit is None else \
             began + share * options.time_limit
-        point = descend(graph, S, floor, deadline)
+        point = descend(graph, S, target, deadline)
         if point.sim.peak_memory < peak:
             peak, R, S = point.sim.peak_memory, point.R, point.S
+    if enough is not None and floor < peak <= enough:  # low enough: nothing below it is sought
+        return MinBudget(peak, floor, "feasible", R, S, time.perf_counter() - began)
     if peak > floor:  # more time for the bound: the bounds' share, or what the descent left
         floor = peak_floor(graph, _floor_time(options.time_limit, began, exact)).value
     if peak <= floor:
