@@ -38,6 +38,14 @@ def may_go_on(deadline: float | None, started: bool) -> bool:
     return not past(deadline) or not (started or requested())
 
 
+def schedule_event(cost: float, bound: float, began: float) -> dict:
+    """The ``SolveOptions.progress`` event of a schedule of ``cost`` found under ``bound``,
+    ``began`` the method's start (``time.perf_counter()``); the gap is 0 where the cost is
+    (every node may cost 0)."""
+    return {"incumbent": cost, "bound": bound, "gap": (cost - bound) / cost if cost > 0 else 0.0,
+            "time": time.perf_counter() - began}
+
+
 NO_SCHEDULE_YET = "stopped before any schedule was found"
 """``details["reason"]`` of an "infeasible" Solution from a solver that hit its time limit (or
 Ctrl-C) before it found any schedule: it proves nothing about the budget."""

@@ -44,7 +44,7 @@ from remat.graph.core import RematGraph
 from remat.schedule.rs import s_from_r
 from remat.schedule.simulate import compute_cost
 from remat.schedule.solution import Solution
-from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions, time_left
+from remat.solvers.base import NO_SCHEDULE_YET, SolveOptions, schedule_event, time_left
 from remat.solvers.bounds import bound_time, meets, retention_bound
 from remat.solvers.cpsat import memory_unit, ortools_cp
 from remat.solvers.interrupt import requested, run_cancellable
@@ -262,9 +262,7 @@ def _watcher(graph: RematGraph, built: IntervalModel, options: SolveOptions, bou
         def on_solution_callback(self):
             cost = compute_cost(graph, built.recomputations(self.value))
             if progress is not None:
-                gap = (cost - bound) / cost if cost > 0 else 0.0  # every node may cost 0
-                progress({"incumbent": cost, "bound": bound, "gap": gap,
-                          "time": time.perf_counter() - began})
+                progress(schedule_event(cost, bound, began))
             if meets(cost, bound, options.mip_rel_gap):
                 self.stop_search()
 

@@ -51,7 +51,7 @@ from remat.schedule.budget import checkpoint_all_peak
 from remat.schedule.rs import checkpoint_all, tighten
 from remat.schedule.simulate import nonzero, simulate
 from remat.schedule.solution import Solution
-from remat.solvers.base import SolveOptions, may_go_on, past
+from remat.solvers.base import SolveOptions, may_go_on, past, schedule_event
 from remat.solvers.bounds import (Bound, bound_time, gaps, meets, retained,
                                   retention_bound, runs, stage_room)
 from remat.solvers.descent import descend
@@ -140,10 +140,8 @@ def _reporter(options: SolveOptions, bound: float, began: float):
     def report(found: tuple | None) -> None:
         if options.progress is None or found is None or found[0] >= least[0]:
             return
-        least[0] = cost = found[0]
-        options.progress({"incumbent": cost, "bound": bound,
-                          "gap": (cost - bound) / cost if cost > 0 else 0.0,
-                          "time": time.perf_counter() - began})
+        least[0] = found[0]
+        options.progress(schedule_event(found[0], bound, began))
     return report
 
 
