@@ -58,7 +58,9 @@ class SolveOptions:
     time_limit: float | None = None
     """Wall-clock seconds a method may spend; it then returns its best schedule ("timeout")."""
     threads: int | None = None
-    """Solver threads (MILP/LP/CP); None lets the backend choose."""
+    """Solver threads (MILP/LP/CP), and retention's searches: one in this process and one
+    in a helper process per thread beyond it (``retention._searched``; 2 in all where None);
+    None lets the backends choose their threads."""
     seed: int = 0
     """Seed of every randomized step (randomized rounding, solver tie-breaking)."""
     mip_rel_gap: float = 0.0

@@ -52,6 +52,8 @@ from remat.schedule.rs import checkpoint_all, tighten
 from remat.schedule.simulate import nonzero, simulate
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions, may_go_on, past, schedule_event
+from remat.solvers.beside import GRACE, Beside
+from remat.solvers.interrupt import requested
 from remat.solvers.bounds import (Bound, bound_time, gaps, meets, retained,
                                   retention_bound, runs, stage_room)
 from remat.solvers.descent import descend
@@ -274,17 +276,60 @@ def _searched(plan: "Plan", budget: float, best: tuple | None, start: tuple | No
     climbing's best; the bound's schedule, or ``_from_baseline``'s where cheaper) and, where
     it stalls before ``deadline``, from the other: gpt2 at op level, 30%, 60 s: the bound's
     schedule (1.2655 of the total cost) is a basin the search does not leave (1.2650 after
-    24 s); from the other start (1.2744) it reaches 1.2270."""
-    first, other = (best, start) if _cheaper(best, start) is best else (start, best)
+    24 s); from the other start (1.2744) it reaches 1.2270. With ``BESIDE_LEAST_SECONDS`` or
+    more left, the same searches run beside this one with other seeds, one per thread
+    ``options.threads`` allows beyond this one (2 where it says nothing, as CP-SAT's
+    workers; ``remat.solvers.beside``), and the cheapest of all wins."""
+    first = _cheaper(best, start)
     report(first)
     if first is None or _proven(first, bound):
         return first
-    found = _search(plan, budget, first, deadline, options.seed, options.threads, bound,
-                    report)
+    helpers = None
+    count = (options.threads or 2) - 1
+    if count > 0 and deadline - time.perf_counter() >= BESIDE_LEAST_SECONDS:
+        job = dict(graph=plan.graph, budget=budget, best=best, start=start, seed=options.seed,
+                   bound=bound, wall_deadline=time.time() + deadline - time.perf_counter())
+        helpers = Beside("remat.solvers.retention:search_beside", job, count)
+    try:
+        found = _in_turn(plan, budget, best, start, deadline, options.seed, options.threads,
+                         bound, report)
+        done = helpers is None or requested() or _proven(found, bound)
+        others = [] if helpers is None else \
+            helpers.results(None if done else deadline + GRACE, requested)
+    finally:
+        if helpers is not None:
+            helpers.stop()
+    for other in others:
+        if other is not None and other[0] < found[0] - 1e-12 * abs(found[0]):
+            found = other
+            report(found)
+    return found
+
+
+BESIDE_LEAST_SECONDS = 5.0
+"""The least time left for which ``_searched`` starts searches beside its own (a helper
+starts in 0.2 s)."""
+
+
+def search_beside(graph: RematGraph, budget: float, best: tuple | None, start: tuple | None,
+                  seed: int, bound: float, wall_deadline: float) -> tuple | None:
+    """``_searched``'s searches in a helper process (``remat.solvers.beside``), until
+    ``wall_deadline`` (``time.time()``: the caller's clock for deadlines,
+    ``time.perf_counter()``, is not shared between processes); its HiGHS knapsacks on one
+    thread."""
+    deadline = time.perf_counter() + (wall_deadline - time.time())
+    return _in_turn(Plan(graph), budget, best, start, deadline, seed, 1, bound, _silent)
+
+
+def _in_turn(plan: "Plan", budget: float, best: tuple | None, start: tuple | None,
+             deadline: float, seed: int, threads, bound: float, report) -> tuple:
+    """``_search`` from the cheaper of ``best`` and ``start`` (one of them not None), then,
+    where it stalls before ``deadline``, from the other."""
+    first, other = (best, start) if _cheaper(best, start) is best else (start, best)
+    found = _search(plan, budget, first, deadline, seed, threads, bound, report)
     if other is None or past(deadline) or _proven(found, bound):
         return found
-    again = _search(plan, budget, other, deadline, options.seed + 1, options.threads, bound,
-                    report)
+    again = _search(plan, budget, other, deadline, seed + 1, threads, bound, report)
     return _cheaper(found, again)
 
 
