@@ -26,9 +26,10 @@ cheaper of the two kept (``_from_baseline``, built before them, with a limit of 
 ``FROM_BASELINE_LEAST_SECONDS``). Then an iterated local
 search (``_search``: random kicks and restarts, seeded by ``options.seed``) runs from the
 cheaper start until the time limit or until it stops finding better, and then, with the time
-left, from the other (``_searched``). It scales to thousands of nodes (one small
-knapsack per try; the passes stop at the time limit) and reports the retention bound as its
-``lower_bound``, status "optimal" where it meets it.
+left, from the other (``_searched``); the same searches run beside it with other seeds, in
+helper processes on the cores it leaves idle (``remat.solvers.beside``). It scales to
+thousands of nodes (one small knapsack per try; the passes stop at the time limit) and
+reports the retention bound as its ``lower_bound``, status "optimal" where it meets it.
 
 Where no choice of gaps fits (a rebuild in one stage holds more at once than the budget
 allows), ``remat.solvers.descent`` lowers the peak of other schedules until one fits (the
