@@ -49,6 +49,12 @@ def test_a_failing_helper_warns_with_its_error_and_gives_nothing(targets):
         assert helpers.results(time.perf_counter() + 30) == []
 
 
+def test_a_job_that_cannot_start_warns_and_leaves_the_caller_alone(targets):
+    with pytest.warns(UserWarning, match="no search beside this one"):
+        helpers = Beside("beside_targets:sleep", {"seconds": lambda: 0, "seed": 0}, 2)
+    assert helpers.procs == [] and helpers.results(time.perf_counter() + 30) == []
+
+
 def _start(graph, budget):
     """A start of retention's search: the first schedule of its knapsacks that fits."""
     plan = retention.Plan(graph)

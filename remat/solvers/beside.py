@@ -41,44 +41,52 @@ class Beside:
     ``seed + k`` (k = 1..count). ``results`` collects them."""
 
     def __init__(self, target: str, job: dict, count: int):
-        self.folder = tempfile.TemporaryDirectory(prefix="remat-beside-")
         self.procs: list[subprocess.Popen] = []
-        env = _environment()
-        for k in range(1, count + 1):
-            path = Path(self.folder.name) / f"job{k}.pickle"
-            path.write_bytes(pickle.dumps((target, {**job, "seed": job["seed"] + k})))
-            try:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "remat.solvers.beside", str(path)], env=env,
-                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-            except OSError as error:  # no interpreter to start: the caller's search alone
-                warnings.warn(f"remat: no search beside this one: {error}", stacklevel=2)
-                break
+        self.folder = None
+        try:
+            self.folder = tempfile.TemporaryDirectory(prefix="remat-beside-")
+            env = _environment()
+            for k in range(1, count + 1):
+                self.procs.append(self._start(target, {**job, "seed": job["seed"] + k}, k, env))
+        except Exception as error:  # no folder or interpreter, a job that does not pickle
+            warnings.warn(f"remat: no search beside this one: {error!r}", stacklevel=2)
+
+    def _start(self, target: str, job: dict, k: int, env: dict) -> subprocess.Popen:
+        """Helper k, its job in a file and its stderr in another (a pipe nobody reads
+        while it runs would stop it once full)."""
+        folder = Path(self.folder.name)
+        (folder / f"job{k}").write_bytes(pickle.dumps((target, job)))
+        with open(folder / f"err{k}", "wb") as err:
+            return subprocess.Popen([sys.executable, "-m", "remat.solvers.beside",
+                                     str(folder / f"job{k}")], env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=err)
 
     def results(self, until: float | None, stopped=lambda: False) -> list:
         """Each helper's result, waiting for it until ``until`` (``time.perf_counter()``;
         None: not at all) or ``stopped()`` (checked every ``POLL`` seconds: Ctrl-C);
         helpers still running then are stopped and give none."""
         found = []
-        for proc in self.procs:
+        for k, proc in enumerate(self.procs, 1):
             out = self._wait(proc, until, stopped)
             if out is None:
                 continue
             if proc.returncode == 0:
-                found.append(pickle.loads(out[0]))
+                found.append(pickle.loads(out))
             else:
-                warnings.warn("remat: a search beside this one failed: "
-                              f"{out[1].decode(errors='replace').strip()}", stacklevel=2)
+                error = (Path(self.folder.name) / f"err{k}").read_text(errors="replace")
+                warnings.warn(f"remat: a search beside this one failed: {error.strip()}",
+                              stacklevel=2)
         self.stop()
         return found
 
     @staticmethod
-    def _wait(proc: subprocess.Popen, until: float | None, stopped) -> tuple | None:
-        """(stdout, stderr) of ``proc`` once it ends, or None if it runs past ``until``."""
+    def _wait(proc: subprocess.Popen, until: float | None, stopped) -> bytes | None:
+        """The stdout of ``proc`` once it ends, or None if it runs past ``until``."""
         while True:
             left = 0.0 if until is None or stopped() else until - time.perf_counter()
             try:
-                return proc.communicate(timeout=max(0.0, min(left, POLL)))
+                return proc.communicate(timeout=max(0.0, min(left, POLL)))[0]
             except subprocess.TimeoutExpired:
                 if left <= POLL:
                     return None
@@ -89,7 +97,8 @@ class Beside:
             if proc.returncode is None:
                 proc.kill()
                 proc.communicate()
-        self.folder.cleanup()
+        if self.folder is not None:
+            self.folder.cleanup()
 
 
 def _environment() -> dict:
