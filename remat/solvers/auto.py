@@ -262,7 +262,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         return _below_floor(graph, budget, floor, options, start, _long_chain(graph, after))
     ahead = Ahead(graph, budget, deadline) if after and not interrupt.requested() else None
     try:
-        return _run_methods(graph, budget, options, start, deadline, after, tried)
+        return _run_methods(graph, budget, options, start, deadline, after, tried, ahead)
     finally:
         if ahead is not None:
             ahead.stop()
@@ -278,9 +278,12 @@ def _retention_try(graph: RematGraph, budget: float, options: SolveOptions) -> l
 
 
 def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start: float,
-                 deadline: float, after: bool | None, tried: list[Solution]) -> Solution:
+                 deadline: float, after: bool | None, tried: list[Solution],
+                 ahead: Ahead | None = None) -> Solution:
     """The methods of ``candidate_methods`` in turn (module docstring; ``after``: chain-dp's
-    place), after the results ``tried`` before them, then the result."""
+    place), after the results ``tried`` before them, then the result. While ``ahead``
+    (chain-dp's recursion in a thread) runs, retention gets one thread: no search beside its
+    own (``retention._helpers``) on the core the recursion holds."""
     known, proved = None, None  # auto's own bound: proved before the first method needing it
     results: list[Solution] = list(tried)
     methods, long = _methods(graph, after), _long_chain(graph, after)
@@ -308,8 +311,10 @@ def _run_methods(graph: RematGraph, budget: float, options: SolveOptions, start:
         if name == "cp-intervals" and (limit < CP_LEAST_SECONDS or
                                        not _search_left(best, known, results, options)):
             continue
-        results.append(_run(name, graph, budget, replace(options, initial=best,
-                                                        time_limit=limit)))
+        step = replace(options, initial=best, time_limit=limit)
+        if name == "retention" and ahead is not None and ahead.running():
+            step = replace(step, threads=1)
+        results.append(_run(name, graph, budget, step))
         if not long:  # there chain-dp's strided schedules leave retention its turn
             proof = proof or _proof_left(results[-1], methods[k + 1:])
         if proof == "now":

@@ -6,13 +6,15 @@ benchmark, from the same start and with the same work, five seeds ended up to 5%
 (bench/results/fast_notes.md, session 37). Helpers run the same search with other seeds
 on the cores it leaves idle, and the cheapest schedule of all wins.
 
-Each helper is a fresh interpreter (``python -m remat.solvers.beside JOB``), not a
+Each helper is a fresh interpreter (``python -m remat.solvers.beside FOLDER K``), not a
 ``multiprocessing`` child: spawn and forkserver import the caller's ``__main__`` again, so
 a script that calls ``remat.solve`` without a main guard would start itself over, and fork
-copies the threads of HiGHS and torch. The job goes in a pickled file; the result comes
-back pickled on the helper's stdout (the helper's own prints go to its stderr). A helper
-ignores Ctrl-C (the terminal sends it to the whole process group): the caller stops it.
-A helper that fails gives no result and a warning with its error.
+copies the threads of HiGHS and torch. The job goes in a pickled file, the result comes
+back in another (not on a pipe: C code such as HiGHS's banner writes to stdout, and a full
+pipe stops a helper until it is read), its stderr in a third. A helper runs in a session of
+its own, so Ctrl-C at the terminal reaches only the caller, which stops it (a caller killed
+outright leaves its helpers to end at their deadline). A helper that fails gives no result
+and a warning with its error.
 """
 from __future__ import annotations
 
@@ -36,31 +38,37 @@ POLL = 0.1
 
 
 class Beside:
-    """``count`` helpers running ``job`` (keyword arguments of ``target``, a function
-    ``module:name`` that returns a picklable result), each with ``seed`` replaced by
-    ``seed + k`` (k = 1..count). ``results`` collects them."""
+    """``count`` helpers, each calling ``target`` (a function ``module:name`` that returns
+    a picklable result) with the keyword arguments ``job`` and ``helper=k`` (k = 1..count);
+    ``results`` collects them, ``stop`` (or leaving a ``with`` block) ends them."""
 
     def __init__(self, target: str, job: dict, count: int):
         self.procs: list[subprocess.Popen] = []
         self.folder = None
         try:
             self.folder = tempfile.TemporaryDirectory(prefix="remat-beside-")
+            self._file("job").write_bytes(pickle.dumps((target, job)))
             env = _environment()
             for k in range(1, count + 1):
-                self.procs.append(self._start(target, {**job, "seed": job["seed"] + k}, k, env))
+                with open(self._file("err", k), "wb") as err:
+                    self.procs.append(subprocess.Popen(
+                        [sys.executable, "-m", "remat.solvers.beside", self.folder.name, str(k)],
+                        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                        stderr=err, start_new_session=True))
         except Exception as error:  # no folder or interpreter, a job that does not pickle
             warnings.warn(f"remat: no search beside this one: {error!r}", stacklevel=2)
+        except BaseException:  # a second Ctrl-C: no helper left behind
+            self.stop()
+            raise
 
-    def _start(self, target: str, job: dict, k: int, env: dict) -> subprocess.Popen:
-        """Helper k, its job in a file and its stderr in another (a pipe nobody reads
-        while it runs would stop it once full)."""
-        folder = Path(self.folder.name)
-        (folder / f"job{k}").write_bytes(pickle.dumps((target, job)))
-        with open(folder / f"err{k}", "wb") as err:
-            return subprocess.Popen([sys.executable, "-m", "remat.solvers.beside",
-                                     str(folder / f"job{k}")], env=env,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=err)
+    def __enter__(self) -> "Beside":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _file(self, kind: str, k: int | None = None) -> Path:
+        return Path(self.folder.name) / (kind if k is None else f"{kind}{k}")
 
     def results(self, until: float | None, stopped=lambda: False) -> list:
         """Each helper's result, waiting for it until ``until`` (``time.perf_counter()``;
@@ -68,37 +76,46 @@ class Beside:
         helpers still running then are stopped and give none."""
         found = []
         for k, proc in enumerate(self.procs, 1):
-            out = self._wait(proc, until, stopped)
-            if out is None:
+            if not _ended(proc, until, stopped):
                 continue
-            if proc.returncode == 0:
-                found.append(pickle.loads(out))
-            else:
-                error = (Path(self.folder.name) / f"err{k}").read_text(errors="replace")
-                warnings.warn(f"remat: a search beside this one failed: {error.strip()}",
-                              stacklevel=2)
+            try:
+                if proc.returncode != 0:
+                    raise RuntimeError(self._file("err", k).read_text(errors="replace").strip())
+                found.append(pickle.loads(self._file("out", k).read_bytes()))
+            except Exception as error:
+                warnings.warn(f"remat: a search beside this one failed: {error}", stacklevel=2)
         self.stop()
         return found
 
-    @staticmethod
-    def _wait(proc: subprocess.Popen, until: float | None, stopped) -> bytes | None:
-        """The stdout of ``proc`` once it ends, or None if it runs past ``until``."""
-        while True:
-            left = 0.0 if until is None or stopped() else until - time.perf_counter()
-            try:
-                return proc.communicate(timeout=max(0.0, min(left, POLL)))[0]
-            except subprocess.TimeoutExpired:
-                if left <= POLL:
-                    return None
-
     def stop(self) -> None:
-        """Stop every helper still running and remove the job files (again: nothing)."""
+        """Stop every helper still running and remove the files (again: nothing)."""
         for proc in self.procs:
-            if proc.returncode is None:
+            if proc.poll() is None:
                 proc.kill()
-                proc.communicate()
+            proc.wait()
         if self.folder is not None:
             self.folder.cleanup()
+
+
+def _ended(proc: subprocess.Popen, until: float | None, stopped) -> bool:
+    """Whether ``proc`` ends by ``until`` (None: has ended) unless ``stopped()`` first."""
+    while proc.poll() is None:
+        left = 0.0 if until is None or stopped() else until - time.perf_counter()
+        if left <= 0:
+            return False
+        try:
+            proc.wait(timeout=min(left, POLL))
+        except subprocess.TimeoutExpired:
+            pass
+    return True
+
+
+def cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _environment() -> dict:
@@ -113,16 +130,14 @@ def _environment() -> dict:
     return env
 
 
-def _main(path: str) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller stops its helpers
-    out, sys.stdout = sys.stdout.buffer, sys.stderr
-    target, job = pickle.loads(Path(path).read_bytes())
+def _main(folder: str, k: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller stops its helpers, not Ctrl-C
+    target, job = pickle.loads((Path(folder) / "job").read_bytes())
     module, name = target.split(":")
     __import__(module)
-    result = getattr(sys.modules[module], name)(**job)
-    out.write(pickle.dumps(result))
-    out.flush()
+    result = getattr(sys.modules[module], name)(**job, helper=int(k))
+    (Path(folder) / f"out{k}").write_bytes(pickle.dumps(result))
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1])
+    _main(*sys.argv[1:])

@@ -1196,6 +1196,11 @@ class Ahead:
             self.current = make()
             return self.current
 
+    def running(self) -> bool:
+        """Whether the recursion still runs (it holds a core: auto's retention then runs
+        no search beside its own)."""
+        return self.thread is not None and self.thread.is_alive()
+
     def wait(self, deadline: float | None) -> None:
         """Until the recursion ends, or ``deadline`` (or Ctrl-C, ``past``), then stop it."""
         thread = self.thread

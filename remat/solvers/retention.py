@@ -53,11 +53,11 @@ from remat.schedule.rs import checkpoint_all, tighten
 from remat.schedule.simulate import nonzero, simulate
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions, may_go_on, past, schedule_event
-from remat.solvers.beside import GRACE, Beside
-from remat.solvers.interrupt import requested
+from remat.solvers.beside import GRACE, Beside, cores
 from remat.solvers.bounds import (Bound, bound_time, gaps, meets, retained,
                                   retention_bound, runs, stage_room)
 from remat.solvers.descent import descend
+from remat.solvers.interrupt import requested
 from remat.solvers.peak_floor import known_floor
 
 ROUNDS = 3
@@ -277,23 +277,16 @@ def _searched(plan: "Plan", budget: float, best: tuple | None, start: tuple | No
     climbing's best; the bound's schedule, or ``_from_baseline``'s where cheaper) and, where
     it stalls before ``deadline``, from the other: gpt2 at op level, 30%, 60 s: the bound's
     schedule (1.2655 of the total cost) is a basin the search does not leave (1.2650 after
-    24 s); from the other start (1.2744) it reaches 1.2270. With ``BESIDE_LEAST_SECONDS`` or
-    more left, the same searches run beside this one with other seeds, one per thread
-    ``options.threads`` allows beyond this one (2 where it says nothing, as CP-SAT's
-    workers; ``remat.solvers.beside``), and the cheapest of all wins."""
+    24 s); from the other start (1.2744) it reaches 1.2270. Beside it, the same searches
+    with other seeds in helper processes (``_helpers``), and the cheapest of all wins."""
     first = _cheaper(best, start)
     report(first)
     if first is None or _proven(first, bound):
         return first
-    helpers = None
-    count = (options.threads or 2) - 1
-    if count > 0 and deadline - time.perf_counter() >= BESIDE_LEAST_SECONDS:
-        job = dict(graph=plan.graph, budget=budget, best=best, start=start, seed=options.seed,
-                   bound=bound, wall_deadline=time.time() + deadline - time.perf_counter())
-        helpers = Beside("remat.solvers.retention:search_beside", job, count)
+    helpers = _helpers(plan, budget, best, start, deadline, options, bound)
     try:
-        found = _in_turn(plan, budget, best, start, deadline, options.seed, options.threads,
-                         bound, report)
+        found = _in_turn(plan, budget, best, start, deadline,
+                         (options.seed, options.seed + 1), options.threads, bound, report)
         done = helpers is None or requested() or _proven(found, bound)
         others = [] if helpers is None else \
             helpers.results(None if done else deadline + GRACE, requested)
@@ -301,7 +294,7 @@ def _searched(plan: "Plan", budget: float, best: tuple | None, start: tuple | No
         if helpers is not None:
             helpers.stop()
     for other in others:
-        if other is not None and other[0] < found[0] - 1e-12 * abs(found[0]):
+        if other[0] < found[0] - 1e-12 * abs(found[0]):
             found = other
             report(found)
     return found
@@ -312,25 +305,41 @@ BESIDE_LEAST_SECONDS = 5.0
 starts in 0.2 s)."""
 
 
+def _helpers(plan: "Plan", budget: float, best: tuple | None, start: tuple | None,
+             deadline: float, options: SolveOptions, bound: float) -> Beside | None:
+    """Searches beside ``_searched``'s own (``remat.solvers.beside``), where
+    ``BESIDE_LEAST_SECONDS`` or more are left: one per thread ``options.threads`` allows
+    beyond this one (2 in all where it says nothing, as CP-SAT's workers), and no more than
+    the cores left (``beside.cores``); None if none."""
+    count = min((options.threads or 2) - 1, cores() - 1)
+    if count <= 0 or deadline - time.perf_counter() < BESIDE_LEAST_SECONDS:
+        return None
+    job = dict(graph=plan.graph, budget=budget, best=best, start=start, seed=options.seed,
+               bound=bound, wall_deadline=time.time() + deadline - time.perf_counter())
+    return Beside("remat.solvers.retention:search_beside", job, count)
+
+
 def search_beside(graph: RematGraph, budget: float, best: tuple | None, start: tuple | None,
-                  seed: int, bound: float, wall_deadline: float) -> tuple | None:
-    """``_searched``'s searches in a helper process (``remat.solvers.beside``), until
-    ``wall_deadline`` (``time.time()``: the caller's clock for deadlines,
-    ``time.perf_counter()``, is not shared between processes); its HiGHS knapsacks on one
-    thread."""
+                  seed: int, bound: float, wall_deadline: float, helper: int) -> tuple:
+    """``_searched``'s searches in helper process number ``helper`` (``_helpers``), until
+    ``wall_deadline`` (``time.time()``: ``time.perf_counter()``, the clock of deadlines, is
+    not shared between processes), their random streams ``[seed, helper]`` (not seed +
+    helper: a helper would repeat the search of a call with that seed), their HiGHS
+    knapsacks on one thread."""
     deadline = time.perf_counter() + (wall_deadline - time.time())
-    return _in_turn(Plan(graph), budget, best, start, deadline, seed, 1, bound, _silent)
+    return _in_turn(Plan(graph), budget, best, start, deadline,
+                    ([seed, helper], [seed + 1, helper]), 1, bound, _silent)
 
 
 def _in_turn(plan: "Plan", budget: float, best: tuple | None, start: tuple | None,
-             deadline: float, seed: int, threads, bound: float, report) -> tuple:
+             deadline: float, seeds: tuple, threads, bound: float, report) -> tuple:
     """``_search`` from the cheaper of ``best`` and ``start`` (one of them not None), then,
-    where it stalls before ``deadline``, from the other."""
+    where it stalls before ``deadline``, from the other, with the two ``seeds`` in turn."""
     first, other = (best, start) if _cheaper(best, start) is best else (start, best)
-    found = _search(plan, budget, first, deadline, seed, threads, bound, report)
+    found = _search(plan, budget, first, deadline, seeds[0], threads, bound, report)
     if other is None or past(deadline) or _proven(found, bound):
         return found
-    again = _search(plan, budget, other, deadline, seed + 1, threads, bound, report)
+    again = _search(plan, budget, other, deadline, seeds[1], threads, bound, report)
     return _cheaper(found, again)
 
 
@@ -529,7 +538,7 @@ test_chain_dp_matches_milp take 10.2 s instead of 1.4 s: milp's warm start calls
 without a time limit, so the search ran its full ``GROW_SECONDS``."""
 
 
-def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed: int,
+def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed,
             threads, bound: float, report=_silent) -> tuple:
     """Iterated local search until the deadline, until it stalls (``STALL``), or until the
     best meets ``bound`` (proven optimal): kick the best schedule (drop a few values from
