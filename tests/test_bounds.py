@@ -685,10 +685,11 @@ def test_hold_pass_keeps_rebuilt_values(monkeypatch):
 
     graph = _tiny_unet_op()
     budget = remat.parse_budget("60%", graph)
-    held = solver("retention")(graph, budget, SolveOptions(time_limit=10))
+    alone = SolveOptions(time_limit=10, threads=1)  # helpers would run the pass unpatched
+    held = solver("retention")(graph, budget, alone)
     monkeypatch.setattr(retention, "_hold",
                         lambda plan, budget, best, deadline, window=None, bound=None: best)
-    plain = solver("retention")(graph, budget, SolveOptions(time_limit=10))
+    plain = solver("retention")(graph, budget, alone)
     assert held.compute_cost / graph.total_cost < 1.10 < 1.3 < plain.compute_cost / graph.total_cost
     assert held.peak_memory <= budget and plain.peak_memory <= budget
 
@@ -735,7 +736,7 @@ def test_the_search_runs_again_from_the_other_start(monkeypatch):
 
     monkeypatch.setattr(retention, "_search", search)
     dear, cheap, near = (3.0, None, None, set()), (2.0, None, None, set()), (2.5, None, None, set())
-    options = SolveOptions(seed=7)
+    options = SolveOptions(seed=7, threads=1)  # no search beside (test_beside.py)
     later, now = time.perf_counter() + 60, time.perf_counter() - 1
     for best, start, deadline, bound, runs, cost in [
             (dear, cheap, later, 0.0, [(2.0, 7), (3.0, 8)], 1.0),

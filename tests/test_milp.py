@@ -328,7 +328,7 @@ def test_auto_uses_milp_on_small_graphs_and_reports_its_bound(monkeypatch):
                         searched(plan, budget, cheaper(best, start), None, *rest))
     graph = remat.graphs.random_dag(14, seed=1, unit=True)
     budget = remat.parse_budget("60%", graph)
-    sol = remat.solve(graph, budget, time_limit=20)
+    sol = remat.solve(graph, budget, time_limit=20, threads=1)  # no search beside either
     assert "milp" in sol.details["tried"] and sol.details["chosen"] == "milp"
     assert sol.status == "optimal" and sol.compute_cost == 36 and sol.lower_bound == 36
     check_fits(graph, sol, budget)
