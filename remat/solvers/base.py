@@ -59,8 +59,8 @@ class SolveOptions:
     """Wall-clock seconds a method may spend; it then returns its best schedule ("timeout")."""
     threads: int | None = None
     """Solver threads (MILP/LP/CP), and retention's searches: one in this process and one
-    in a helper process per thread beyond it (``retention._searched``; 2 in all where None);
-    None lets the backends choose their threads."""
+    in a helper process per thread beyond it, at most the cores less one
+    (``retention._helpers``; 2 in all where None); None lets the backends choose theirs."""
     seed: int = 0
     """Seed of every randomized step (randomized rounding, solver tie-breaking)."""
     mip_rel_gap: float = 0.0
