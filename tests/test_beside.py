@@ -24,13 +24,13 @@ def targets(monkeypatch):
 
 
 def test_each_helper_runs_the_job_with_its_own_number(targets):
-    with Beside("beside_targets:sleep", {"seconds": 0.0}, 2) as helpers:
-        assert helpers.results(time.perf_counter() + 30) == [1, 2]
+    helpers = Beside("beside_targets:sleep", {"seconds": 0.0}, 2)
+    assert helpers.results(time.perf_counter() + 30) == [1, 2]
 
 
 def test_a_helper_writing_to_stdout_still_gives_its_result(targets):
-    with Beside("beside_targets:noisy", {}, 1) as helpers:
-        assert helpers.results(time.perf_counter() + 30) == [1]
+    helpers = Beside("beside_targets:noisy", {}, 1)
+    assert helpers.results(time.perf_counter() + 30) == [1]
 
 
 def test_a_helper_past_its_time_is_stopped_and_gives_nothing(targets):
@@ -75,8 +75,8 @@ def test_a_search_beside_returns_a_schedule_that_fits_no_dearer_than_its_start()
     start = _start(graph, budget)
     job = dict(graph=graph, budget=budget, best=start, start=None, seed=0,
                bound=-np.inf, wall_deadline=time.time() + 2.0)
-    with Beside("remat.solvers.retention:search_beside", job, 1) as helpers:
-        [found] = helpers.results(time.perf_counter() + 30)
+    helpers = Beside("remat.solvers.retention:search_beside", job, 1)
+    [found] = helpers.results(time.perf_counter() + 30)
     sim = simulate(graph, found[1], found[2])
     assert sim.peak_memory <= budget
     assert found[0] == pytest.approx(sim.compute_cost) and found[0] <= start[0]

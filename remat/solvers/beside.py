@@ -40,7 +40,7 @@ POLL = 0.1
 class Beside:
     """``count`` helpers, each calling ``target`` (a function ``module:name`` that returns
     a picklable result) with the keyword arguments ``job`` and ``helper=k`` (k = 1..count);
-    ``results`` collects them, ``stop`` (or leaving a ``with`` block) ends them."""
+    ``results`` collects them and ends them, as ``stop`` does."""
 
     def __init__(self, target: str, job: dict, count: int):
         self.procs: list[subprocess.Popen] = []
@@ -60,12 +60,6 @@ class Beside:
         except BaseException:  # a second Ctrl-C: no helper left behind
             self.stop()
             raise
-
-    def __enter__(self) -> "Beside":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def _file(self, kind: str, k: int | None = None) -> Path:
         return Path(self.folder.name) / (kind if k is None else f"{kind}{k}")

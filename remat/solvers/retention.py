@@ -287,9 +287,8 @@ def _searched(plan: "Plan", budget: float, best: tuple | None, start: tuple | No
     try:
         found = _in_turn(plan, budget, best, start, deadline,
                          (options.seed, options.seed + 1), options.threads, bound, report)
-        done = helpers is None or requested() or _proven(found, bound)
-        others = [] if helpers is None else \
-            helpers.results(None if done else deadline + GRACE, requested)
+        others = [] if helpers is None else helpers.results(
+            None if requested() or _proven(found, bound) else deadline + GRACE, requested)
     finally:
         if helpers is not None:
             helpers.stop()
@@ -538,8 +537,8 @@ test_chain_dp_matches_milp take 10.2 s instead of 1.4 s: milp's warm start calls
 without a time limit, so the search ran its full ``GROW_SECONDS``."""
 
 
-def _search(plan: "Plan", budget: float, best: tuple, deadline: float, seed,
-            threads, bound: float, report=_silent) -> tuple:
+def _search(plan: "Plan", budget: float, best: tuple, deadline: float,
+            seed: int | list[int], threads, bound: float, report=_silent) -> tuple:
     """Iterated local search until the deadline, until it stalls (``STALL``), or until the
     best meets ``bound`` (proven optimal): kick the best schedule (drop a few values from
     a random stage of their residency on, then the hold pass) or restart from the knapsack
