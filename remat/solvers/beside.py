@@ -1,9 +1,9 @@
 """Searches beside the caller's: the same search, other seeds, in other processes.
 
-retention's search (``retention._searched``) is Python on one core, and where a deadline
-cuts it its result depends on the seed more than on anything else: on six rows of the
-benchmark, from the same start and with the same work, five seeds ended up to 5% apart
-(bench/results/fast_notes.md, session 37). Helpers run the same search with other seeds
+retention's search (``retention._searched``) is Python on one core, and its result depends
+on the seed more than on the search rules tried: on six rows of the benchmark, from the same
+start and with the same work, five seeds ended up to 5.4% apart (bench/results/fast_notes.md,
+session 37). Helpers run the same search with other seeds
 on the cores it leaves idle, and the cheapest schedule of all wins.
 
 Each helper is a fresh interpreter (``python -m remat.solvers.beside FOLDER K``), not a
