@@ -953,7 +953,7 @@ def test_a_solved_knapsack_is_not_replaced_by_a_later_one_cut_short(monkeypatch)
     known = retention_bound(graph, budget, models=("first", "staged"))
     assert calls == [0, 1]  # the first model's, then the staged model's
     assert known.kept_solved and not known.kept_rounded and known.kept
-    assert known.other_kept == (frozenset(),)
+    assert known.other_kept[0] == frozenset()  # then the solutions HiGHS improved on
 
 
 def test_retention_starts_from_every_knapsack_solution_of_its_bound():
@@ -977,6 +977,77 @@ def test_retention_starts_from_every_knapsack_solution_of_its_bound():
     held = retention._held_bound(plan, budget, both, time.perf_counter() + 10)
     assert held is not None and held[0] >= known.value
     assert remat.simulate(graph, held[1], held[2]).peak_memory <= budget
+
+
+def test_highs_reports_each_improving_solution_in_order():
+    """``highs_backend.run``'s ``solutions`` gets every improving 0/1 solution, each cheaper
+    than the one before, the last the result's own."""
+    from remat.solvers import bounds, highs_backend
+
+    graph = remat.graphs.random_dag(40, seed=1)
+    model, _, _ = bounds._gap_model(graph, bounds.gaps(graph),
+                                    bounds.stage_room(graph, remat.parse_budget("30%", graph)),
+                                    bounds.STAGED_COLUMNS)
+    arrays, found = model.arrays(), []
+    result = highs_backend.run(arrays, time_limit=30, solutions=found.append)
+    assert result.status == "optimal" and found
+    prices = [float(arrays["cost"] @ x) for x in found]
+    assert all(a > b for a, b in zip(prices, prices[1:]))
+    assert np.array_equal(found[-1], result.x)
+
+
+def test_the_bound_keeps_every_solution_its_knapsacks_improved_on(monkeypatch):
+    """Each improving solution of a gap model's solve is a start in ``other_kept`` (after
+    the solutions the models ended with), not only the last one a time limit cuts at."""
+    from remat.solvers import highs_backend
+
+    real_run = highs_backend.run
+
+    def with_an_early_one(arrays, *args, solutions=None, **kwargs):
+        if solutions is not None:  # as if HiGHS had found "keep nothing" first
+            solutions(np.zeros(arrays["matrix"].shape[1]))
+        return real_run(arrays, *args, solutions=solutions, **kwargs)
+
+    monkeypatch.setattr(highs_backend, "run", with_an_early_one)
+    graph = remat.graphs.random_dag(20, seed=0)
+    known = retention_bound(graph, remat.parse_budget("50%", graph), models=("first",))
+    assert known.kept and known.other_kept[-1] == frozenset()  # the oldest last
+    assert known.kept not in known.other_kept
+
+
+def test_held_starts_after_the_first_share_the_time_and_hold_each_schedule_once(monkeypatch):
+    """``_held_bound`` holds a schedule two starts share once, and tries no start after the
+    first once 1 / ``STARTS_PARTS`` of its time has passed (a bound no schedule meets, so
+    that no start ends the loop)."""
+    import time
+
+    from remat.solvers import retention
+    from remat.solvers.bounds import gaps
+
+    graph = remat.graphs.linear(32)
+    budget = remat.parse_budget("50%", graph)
+    known = replace(retention_bound(graph, budget), value=0.0)
+    plan = retention.Plan(graph)
+    held, pause, real_hold = [], [0.0], retention._hold
+
+    def slow_hold(plan, budget, found, deadline, **kwargs):
+        held.append(found[3])
+        time.sleep(pause[0])
+        return real_hold(plan, budget, found, deadline, **kwargs)
+
+    monkeypatch.setattr(retention, "_hold", slow_hold)
+    twice = replace(known, other_kept=(frozenset(), known.kept, frozenset(known.kept)))
+    assert retention._held_bound(plan, budget, twice, time.perf_counter() + 10) is not None
+    assert held == [known.kept, frozenset()]  # the same schedule held once
+    whole = remat.parse_budget("100%", graph)
+    every = frozenset(range(len(gaps(graph))))
+    assert plan.attempt(set(every), whole)[0] is not None
+    assert plan.attempt(set(), whole)[0] is not None
+    held.clear()
+    pause[0] = 0.3  # of 0.5 s: past half of it after the first
+    retention._held_bound(plan, whole, replace(known, kept=every, other_kept=(frozenset(),)),
+                          time.perf_counter() + 0.5)
+    assert held == [every]
 
 
 def test_the_hold_pass_makes_its_first_move_past_its_deadline():

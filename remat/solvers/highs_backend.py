@@ -82,7 +82,8 @@ def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
         start: np.ndarray | None = None, progress: Callable[[dict], None] | None = None,
         verbose: bool = False, stop_at: float | None = None,
         bound_at: float | None = None, settle: float | None = None,
-        jump: bool = True, reduced_cost: bool = True) -> BackendResult:
+        jump: bool = True, reduced_cost: bool = True,
+        solutions: Callable[[np.ndarray], None] | None = None) -> BackendResult:
     """Solve the model in ``arrays`` (see ``MilpModel.arrays``); ``relax`` drops integrality.
     ``stop_at``: stop as soon as a solution this good is found (the caller holds a bound that
     already proves it optimal); ``bound_at``: stop as soon as the proven bound is this high
@@ -100,6 +101,9 @@ def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
     with it and 15.8 s without (bench/results/fast_notes.md, session 19).
     ``reduced_cost`` False: no root reduced-cost heuristic (``ROOT_HEURISTIC``), for a caller
     that wants the bound within its time limit more than solutions.
+    ``solutions`` (integer programs): called with each improving solution vector HiGHS finds,
+    in order (the last is ``x`` unless the solve ends without one): a caller that starts
+    searches from them (``bounds.retention_bound``).
 
     Integer programs run without HiGHS's presolve. Its MIP presolve has a record of "optimal"
     answers that are not (HiGHS issues #1273, #1725, #3094), and HiGHS 1.16 with presolve and
@@ -112,7 +116,7 @@ def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
                      time_limit >= JUMP_SECONDS_PER_NONZERO * arrays["matrix"].nnz)
     result = _solve(arrays, time_limit, mip_rel_gap, threads, seed, relax, start, progress,
                     verbose, stop_at, bound_at, settle, presolve=relax, jump=jump,
-                    reduced_cost=reduced_cost)
+                    reduced_cost=reduced_cost, solutions=solutions)
     if result.x is not None and not relax and _stale(arrays, result):
         raise RuntimeError("HiGHS returned a solution vector whose objective is not the one it "
                            "reports; please report this model")
@@ -127,7 +131,7 @@ def _stale(arrays: dict, result: "BackendResult") -> bool:
 
 def _solve(arrays: dict, time_limit, mip_rel_gap, threads, seed, relax, start, progress,
            verbose, stop_at, bound_at, settle, presolve: bool, jump: bool,
-           reduced_cost: bool) -> BackendResult:
+           reduced_cost: bool, solutions=None) -> BackendResult:
     highspy = _highspy()
     h = _new_highs(highspy, verbose)
     h.passModel(_lp(highspy, arrays, relax))
@@ -145,6 +149,9 @@ def _solve(arrays: dict, time_limit, mip_rel_gap, threads, seed, relax, start, p
         h.setSolution(solution)
     if progress is not None and not relax:
         _watch(h, progress)
+    if solutions is not None and not relax:
+        h.cbMipImprovingSolution.subscribe(
+            lambda event: solutions(np.array(event.data_out.mip_solution, dtype=float)))
     reached: list[str | None] = [None]
     if stop_at is not None and not relax:  # an incumbent this good
         _cancel_when(h, reached, h.cbMipImprovingSolution,
