@@ -911,16 +911,18 @@ def test_retention_starts_from_the_lp_until_a_solution_keeps_as_much(monkeypatch
     columns = bounds.gaps(graph)
     real_run = highs_backend.run
     for keep_all in (False, True):
-        def cut_short(arrays, *args, relax=False, **kwargs):
+        def cut_short(arrays, *args, relax=False, solutions=None, **kwargs):
             if relax:
                 return real_run(arrays, *args, relax=True, **kwargs)
             x = np.zeros(arrays["matrix"].shape[1])
             x[:len(columns)] = 1.0 if keep_all else 0.0  # the gap columns come first
+            solutions(x)  # HiGHS's one improving solution
             return highs_backend.BackendResult("timeout", x, 0.0, -math.inf, 0.0)
 
         monkeypatch.setattr(highs_backend, "run", cut_short)
         bound = retention_bound(graph, budget, time_limit=30, models=("first",))
         assert bound.status == "timeout" and bound.kept_rounded and not bound.kept_solved
+        assert bound.other_kept == ()  # no start beside the LP's, nor HiGHS's solutions
         rounded = bound.kept if not keep_all else None
         if keep_all:
             assert bound.kept == frozenset(range(len(columns)))
@@ -990,7 +992,7 @@ def test_highs_reports_each_improving_solution_in_order():
                                     bounds.STAGED_COLUMNS)
     arrays, found = model.arrays(), []
     result = highs_backend.run(arrays, time_limit=30, solutions=found.append)
-    assert result.status == "optimal" and found
+    assert result.status == "optimal" and len(found) >= 2  # 3 with HiGHS 1.16
     prices = [float(arrays["cost"] @ x) for x in found]
     assert all(a > b for a, b in zip(prices, prices[1:]))
     assert np.array_equal(found[-1], result.x)

@@ -86,20 +86,25 @@ class Bound:
     """The cost (``enough``) a model settled against (``SETTLE_SHARE``): for a lower cost it
     may have gone on and risen further, so a call with one solves again."""
     other_kept: tuple[frozenset[int], ...] = ()
-    """Where ``kept`` is a solved knapsack's solution: the other solutions found after it
-    (solved ones it replaced, later ones cut short; the latest first), where a schedule can
-    start as well (``retention._held_bound`` tries them after ``kept``). A later model's
+    """Where ``kept`` is a 0/1 solution of a knapsack (not the LP's rounded down): other
+    solutions, where a schedule can start as well (``retention._held_bound`` tries them after
+    ``kept``). First, where ``kept`` was solved, those found after it (solved ones it
+    replaced, later ones cut short; the latest first). A later model's
     solution cut short no longer replaces a solved one; either may be the cheaper start. In
     auto with 1 s: random_dag(500) at 50%, the first model's solved one leads to 1.070069 of the
     total cost (proven optimal), where the staged model's cut short did not; gpt2 at module
     level, 50%, the chained model's cut short leads to 1.050801, the solved one to 1.060900
-    (bench/results/fast_notes.md, session 33). Then every other solution the gap models'
-    HiGHS solves improved on along the way (the latest first): which of two nearly equal
+    (bench/results/fast_notes.md, session 33). Then the last ``INCUMBENTS`` improving
+    solutions of each gap model's HiGHS solve (the latest first): which of two nearly equal
     knapsack solutions a time limit cuts at moves retention's result more than its search
     does. gpt2 at op level, 30%: the staged model's solution after 0.11 s leads to 1.2002 of
     the total cost after the hold pass, its last to 1.2181; a 12-layer GPT-2 at op level,
     20%: one found after 2.3 s to 1.1843, one after 9.4 s to 1.2275 (session 38)."""
 
+
+INCUMBENTS = 5
+"""The improving solutions of each gap model's solve (its last ones) that ``Bound.other_kept``
+keeps as starts: HiGHS found 1-4 per model on the rows traced (session 38)."""
 
 PROVEN_RTOL = 1e-7
 """A schedule within this relative distance of a proven bound counts as proven optimal (float
@@ -277,7 +282,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
     value, status, kept, skipped, solved_kept = total, "optimal", None, False, False
     rounded = False  # kept is the LP optimum rounded down, or keeps at least as much
     others: list[frozenset[int]] = []  # solutions beside kept that retention tries too
-    incumbents: list[frozenset[int]] = []  # every improving solution of the gap models
+    incumbents: list[frozenset[int]] = []  # the gap models' improving solutions
     settled = None  # the cost a model settled against
     size = moment_size(graph) if {"moment", "recompute"} & set(models) else 0
     solved: set[tuple[int, bool]] = set()  # what each gap model solved added to the first
@@ -343,8 +348,8 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
         if model is None:
             continue  # too large
         target = None if enough is None else enough / (1 + PROVEN_RTOL / 2) - offset
-        collect = None if gap_columns is None else \
-            (lambda x, cols=gap_columns: incumbents.append(_kept_in(x, cols)))
+        improved: list[np.ndarray] = []  # this model's improving solutions
+        collect = None if gap_columns is None else improved.append
         result = highs_backend.run(model, time_limit=left, threads=threads, bound_at=target,
                                    settle=SETTLE_SHARE,
                                    jump=_jumps(graph, gap_columns is not None),
@@ -353,6 +358,7 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
         if result.status == "infeasible":  # cannot happen: keep nothing, rebuild every input
             raise AssertionError(f"retention bound: the {name} model is infeasible")
         value = max(value, _safe(graph, offset + result.bound))
+        incumbents += [_kept_in(x, gap_columns) for x in improved[-INCUMBENTS:]]
         if gap_columns is not None and result.x is not None:
             found = _kept_in(result.x, gap_columns)
             optimal = result.status == "optimal"
@@ -374,6 +380,8 @@ def _retention(graph: RematGraph, budget: float, time_limit: float | None,
             if result.status != "settled":
                 break  # out of time; a settled model leaves the rest to the next ones
             settled = enough
+    if rounded:  # beside the LP's kept, nothing (a solution cut short can keep 1 gap of 2048)
+        incumbents = []
     others = [k for k in others[::-1] + incumbents[::-1] if k != kept]  # the latest first
     return Bound(value, status, time.perf_counter() - start, len(columns), time_limit, kept,
                  skipped, solved_kept, rounded, settled, tuple(dict.fromkeys(others)))

@@ -102,8 +102,8 @@ def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
     ``reduced_cost`` False: no root reduced-cost heuristic (``ROOT_HEURISTIC``), for a caller
     that wants the bound within its time limit more than solutions.
     ``solutions`` (integer programs): called with each improving solution vector HiGHS finds,
-    in order (the last is ``x`` unless the solve ends without one): a caller that starts
-    searches from them (``bounds.retention_bound``).
+    in order (the last is ``x`` unless the solve ends without one), from HiGHS's thread, so
+    it must not raise: a caller that starts searches from them (``bounds.retention_bound``).
 
     Integer programs run without HiGHS's presolve. Its MIP presolve has a record of "optimal"
     answers that are not (HiGHS issues #1273, #1725, #3094), and HiGHS 1.16 with presolve and

@@ -343,28 +343,29 @@ def _in_turn(plan: "Plan", budget: float, best: tuple | None, start: tuple | Non
 
 
 STARTS_PARTS = 2
-"""``_held_bound`` tries starts after the first within 1 / this of the time it is given."""
+"""``_held_bound`` gives the starts after the first 1 / this of the time it is given."""
 
 
 def _held_bound(plan: "Plan", budget: float, known: Bound, deadline: float) -> tuple | None:
     """The cheapest schedule of the gaps the bound's own knapsacks keep (``known.kept``, then
     ``known.other_kept``: their rebuild rows make them drop values whose inputs stay alive
-    anyway), each after the hold pass with what is left of the deadline; None if none fits. On the tiny U-Net at op level, 80%, it
-    reaches the bound, 1.0013 of the total, where the knapsack with rebuild-cost weights led
-    to 1.0165. ``solve`` tries it first: where it meets the bound nothing else runs
+    anyway), each after the hold pass; None if none fits. On the tiny U-Net at op level, 80%,
+    it reaches the bound, 1.0013 of the total, where the knapsack with rebuild-cost weights
+    led to 1.0165. ``solve`` tries it first: where it meets the bound nothing else runs
     (MobileNetV2 at op level, 40%: the knapsack rounds before it took 4.3 of retention's 4.8
-    s; random_dag(500) at 40%: 2.1 of 9.8 s). The starts after the first are tried until
-    1 / ``STARTS_PARTS`` of the time to the deadline has passed (a hold pass can take
-    seconds: 6-9 s on a 12-layer GPT-2 at op level), each schedule once."""
+    s; random_dag(500) at 40%: 2.1 of 9.8 s). The starts after the first, and their hold
+    passes, get 1 / ``STARTS_PARTS`` of the time to the deadline (a hold pass can take
+    seconds: 6-9 s on a 12-layer GPT-2 at op level); each schedule is held once."""
     starts = ([] if known.kept is None else [known.kept]) + list(known.other_kept)
     best, until, held = None, _share_of(deadline, STARTS_PARTS), set()
     for k, kept in enumerate(starts):
         if k and past(until):
             break
         found, _ = plan.attempt(set(kept), budget)
-        if found is not None and found[2].tobytes() not in held:
-            held.add(found[2].tobytes())
-            best = _cheaper(best, _hold(plan, budget, found, deadline, bound=known.value))
+        if found is not None and hash(found[2].tobytes()) not in held:
+            held.add(hash(found[2].tobytes()))
+            best = _cheaper(best, _hold(plan, budget, found, until if k else deadline,
+                                        bound=known.value))
         if _proven(best, known.value):
             break
     return best
