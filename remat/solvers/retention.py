@@ -355,15 +355,16 @@ def _held_bound(plan: "Plan", budget: float, known: Bound, deadline: float) -> t
     (MobileNetV2 at op level, 40%: the knapsack rounds before it took 4.3 of retention's 4.8
     s; random_dag(500) at 40%: 2.1 of 9.8 s). The starts after the first, and their hold
     passes, get 1 / ``STARTS_PARTS`` of the time to the deadline (a hold pass can take
-    seconds: 6-9 s on a 12-layer GPT-2 at op level); each schedule is held once."""
+    seconds: 5.7-9.9 s on a 12-layer GPT-2 at op level); each schedule is held once."""
     starts = ([] if known.kept is None else [known.kept]) + list(known.other_kept)
     best, until, held = None, _share_of(deadline, STARTS_PARTS), set()
     for k, kept in enumerate(starts):
         if k and past(until):
             break
         found, _ = plan.attempt(set(kept), budget)
-        if found is not None and hash(found[2].tobytes()) not in held:
-            held.add(hash(found[2].tobytes()))
+        key = None if found is None else hash(found[2].tobytes())
+        if key is not None and key not in held:
+            held.add(key)
             best = _cheaper(best, _hold(plan, budget, found, until if k else deadline,
                                         bound=known.value))
         if _proven(best, known.value):
