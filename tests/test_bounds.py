@@ -107,14 +107,18 @@ def test_no_feasibility_jump_under_a_short_limit(monkeypatch):
     monkeypatch.setattr(highs_backend, "run", counted)
     graph = remat.graphs.random_dag(20, seed=0)
     room = bounds.stage_room(graph, remat.parse_budget("50%", graph))
-    gap_list = bounds.gaps(graph)
-    weights = np.array([graph.cost[v] for v, _, _ in gap_list], dtype=float)
+    model = bounds._Model(room)  # a knapsack as ``retained`` builds it
+    for v, first, last in bounds.gaps(graph):
+        model.memory_span(first, last, model.column(-float(graph.cost[v])), float(graph.mem[v]))
     per_nonzero = highs_backend.JUMP_SECONDS_PER_NONZERO
     for limit, jump in ((None, True), (10.0, True), (1e-6, False)):
         calls = len(jumps)
-        bounds.retained(graph, room, gap_list, weights, time_limit=limit)
+        highs_backend.run(model.arrays(), time_limit=limit)
         assert len(jumps) == len(nonzeros) == calls + 1 and jumps[-1] is jump
         assert limit is None or (limit >= per_nonzero * nonzeros[-1]) is jump
+    weights = np.array([graph.cost[v] for v, _, _ in bounds.gaps(graph)], dtype=float)
+    bounds.retained(graph, room, bounds.gaps(graph), weights, time_limit=None)
+    assert jumps[-1] is False  # retention's knapsacks never run it (keeping none fits)
 
 
 def test_the_bound_told_a_cost_runs_without_the_root_reduced_cost_heuristic(monkeypatch):
@@ -1140,3 +1144,69 @@ def test_retention_reports_each_cheaper_schedule_as_it_finds_it():
                for event, c in zip(seen, costs))
     times = [event["time"] for event in seen]
     assert times == sorted(times) and times[-1] <= sol.solve_time
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_reprice_agrees_with_the_simulator_on_hold_moves(seed):
+    """``Plan.reprice`` replays only the stages a move changed (R, S, or what the stage keeps:
+    the next stage's S); its verdict, cost and stage peaks equal a full simulation's, at a
+    budget equal to the peak (fits), one byte below it (does not) and a looser one."""
+    from remat.schedule.rs import tighten
+    from remat.schedule.simulate import simulate, stage_peaks
+    from remat.solvers import retention
+
+    rng = np.random.default_rng(seed)
+    for graph in (remat.graphs.random_dag(40, seed=seed), remat.graphs.unet(3)):
+        plan = retention.Plan(graph)
+        R, S = plan.schedule(set())  # every gap dropped: many recomputations to hold
+        moves = retention._recomputations(graph, R)
+        for k in rng.choice(len(moves), size=min(12, len(moves)), replace=False):
+            t, v, before = moves[k]
+            S_try = S.copy()
+            S_try[before + 1:t + 1, v] = True
+            R_try, S_try = tighten(graph, S_try)
+            sim = simulate(graph, R_try, S_try)
+            peaks = sim.stage_peaks(graph.size)
+            for budget in (sim.peak_memory, sim.peak_memory - 1, 2 * sim.peak_memory):
+                fits, cost, got = plan.reprice(R_try, S_try, (R, S, stage_peaks(graph, R, S)),
+                                               budget)
+                assert fits == (sim.peak_memory <= budget)
+                assert cost == sim.compute_cost and np.array_equal(got, peaks)
+        # a change of R alone: a resident value computed again (its copy replaces it)
+        again = [(t, v) for t, v in zip(*np.nonzero(S)) if v > 0 and
+                 all(S[t, d] for d in graph.deps[v])]
+        for t, v in again[:6]:
+            R_try = R.copy()
+            R_try[t, v] = True
+            sim = simulate(graph, R_try, S)
+            fits, cost, got = plan.reprice(R_try, S, (R, S, stage_peaks(graph, R, S)),
+                                           sim.peak_memory)
+            assert fits and cost == sim.compute_cost
+            assert np.array_equal(got, sim.stage_peaks(graph.size))
+
+
+def test_the_hold_pass_with_reprice_is_the_pass_with_full_simulations(monkeypatch):
+    """``_hold`` prices its moves with ``Plan.reprice``; with full simulations in its place
+    it ends at the same schedule after the same work."""
+    import time
+
+    from remat.solvers import retention
+
+    graph = remat.graphs.random_dag(60, seed=3)
+    low = retention.Plan(graph).attempt(set(), math.inf)[1].peak_memory  # every gap dropped
+    budget = 1.1 * low
+
+    def full(plan, R, S, was, budget):
+        plan.work += 1
+        sim = remat.simulate(graph, R, S)
+        return sim.peak_memory <= budget, sim.compute_cost, sim.stage_peaks(graph.size)
+
+    ends = []
+    for patch in (False, True):
+        if patch:
+            monkeypatch.setattr(retention.Plan, "reprice", full)
+        plan = retention.Plan(graph)
+        start, _ = plan.attempt(set(), budget)
+        found = retention._hold(plan, budget, start, time.perf_counter() + 60)
+        ends.append((found[0], found[2].tobytes(), plan.work))
+    assert ends[0] == ends[1] and ends[0][0] < start[0] and ends[0][2] > 20

@@ -6,6 +6,7 @@ import remat
 from remat import InvalidScheduleError, RematGraph, simulate
 from remat.schedule import cheapest_r, checkpoint_all, parse_budget, s_from_r, tighten
 from remat.schedule.budget import BudgetError, budget_percent
+from remat.schedule.simulate import stage_peaks
 
 
 def chain():
@@ -365,3 +366,26 @@ def test_the_simulator_replays_the_rule_written_out(seed):
             assert (sim.peak_memory, (sim.peak_stage, sim.peak_node)) == (peak, at)
             assert sim.plan == [(action, node) for _, action, node, _ in events]
             assert sim.compute_cost == pytest.approx(float((R.sum(0) * graph.cost).sum()))
+
+
+def _stage_peaks_by_hand(graph, R, S):
+    """Each stage's largest compute candidate in the rule written out (``_replay_by_hand``)."""
+    peaks = np.zeros(graph.size)
+    for t, action, _, memory in _replay_by_hand(graph, R, S)[0]:
+        if action == "compute":
+            peaks[t] = max(peaks[t], memory)
+    return peaks
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_stage_peaks_replays_any_set_of_stages_alone(seed):
+    rng = np.random.default_rng(seed)
+    for graph in (remat.graphs.random_dag(14, seed=seed), remat.graphs.unet(2), skip()):
+        graph = graph.with_workspace(rng.integers(0, 3, graph.size) * (seed % 2))
+        for _ in range(8):
+            R, S = _random_schedule(graph, rng)
+            by_hand = _stage_peaks_by_hand(graph, R, S)
+            assert np.array_equal(stage_peaks(graph, R, S), by_hand)
+            rows = np.flatnonzero(rng.random(graph.size) < 0.4)  # runs and gaps
+            if rows.size:
+                assert np.array_equal(stage_peaks(graph, R, S, rows), by_hand[rows])

@@ -141,6 +141,31 @@ def simulate(graph: RematGraph, R, S) -> Simulation:
     return Simulation(peak, cost, stage, node, events)
 
 
+def stage_peaks(graph: RematGraph, R: np.ndarray, S: np.ndarray,
+                rows: np.ndarray | None = None) -> np.ndarray:
+    """The peak of each stage in ``rows`` (all where None), as ``simulate``'s
+    ``Simulation.stage_peaks`` gives it, replaying only those stages: stage t starts with
+    exactly S[t] alive and keeps S[t + 1], so it can be replayed alone. For local searches
+    that change a few stages of a valid schedule at a time; it checks the reads of those
+    stages only, not the structural rules (``check_shape``)."""
+    size = graph.size
+    rows = np.arange(size) if rows is None else np.asarray(rows)
+    keep = np.zeros((len(rows), size), dtype=bool)
+    inside = rows + 1 < size
+    keep[inside] = S[rows[inside] + 1]
+    sub = S[rows]
+    events = replay(graph, R[rows], sub, keep, 0.0)
+    # replay runs the rows on from one another: row k starts where row k - 1 ended, at
+    # what it keeps; move each row to its own start, static memory and S[t]
+    held, kept = sub @ graph.mem, keep @ graph.mem
+    ran_from = np.concatenate(([0.0], np.cumsum(kept - held)[:-1]))
+    shift = graph.static_mem + held - ran_from
+    computes = np.flatnonzero(events.compute)  # in stage order, each stage computes
+    stage = events.stage[computes]
+    firsts = np.flatnonzero(np.concatenate(([True], stage[1:] != stage[:-1])))
+    return np.maximum.reduceat(events.memory[computes], firsts) + shift
+
+
 def compute_cost(graph: RematGraph, R: np.ndarray) -> float:
     """What running R costs, priced as counts x cost so that checkpoint-all costs exactly
     ``graph.total_cost`` (the price ``simulate`` reports, without the replay)."""

@@ -50,7 +50,7 @@ import numpy as np
 from remat.graph.core import RematGraph
 from remat.schedule.budget import checkpoint_all_peak
 from remat.schedule.rs import checkpoint_all, tighten
-from remat.schedule.simulate import nonzero, simulate
+from remat.schedule.simulate import compute_cost, nonzero, simulate, stage_peaks
 from remat.schedule.solution import Solution
 from remat.solvers.base import SolveOptions, may_go_on, past, schedule_event
 from remat.solvers.beside import GRACE, Beside, cores
@@ -152,10 +152,12 @@ def _silent(found: tuple | None) -> None:
     """No progress to report (``_reporter``'s place where the caller gives none)."""
 
 
-def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
+def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads,
+         gap: float = 0.0):
     """The first schedule that fits: the knapsack's room is cut by each stage's overshoot
-    (``REPAIRS`` times), then scaled down as a whole. Returns ((cost, R, S, kept) or None, the
-    kept gaps of the last try, number of tries); ``plan.lowest`` keeps the least peak seen."""
+    (``REPAIRS`` times), then scaled down as a whole; each knapsack solved within the relative
+    ``gap``. Returns ((cost, R, S, kept) or None, the kept gaps of the last try, number of
+    tries); ``plan.lowest`` keeps the least peak seen."""
     graph = plan.graph
     full = stage_room(graph, budget)
     floor = full.min()  # the room every stage has at the smallest possible budget
@@ -166,7 +168,8 @@ def _fit(plan: "Plan", budget: float, weights: np.ndarray, deadline, threads):
             break
         limit = 2.0 if deadline is None else max(0.1, min(2.0, deadline - time.perf_counter()))
         room = np.maximum(room - cut, 0.0) if attempt < REPAIRS else room
-        kept = retained(graph, room, plan.gaps, weights, time_limit=limit, threads=threads)
+        kept = retained(graph, room, plan.gaps, weights, time_limit=limit, threads=threads,
+                        mip_rel_gap=gap)
         plan.work += 1
         if kept is None:
             continue
@@ -477,12 +480,12 @@ def _hold(plan: "Plan", budget: float, best: tuple, deadline: float,
     cost); that move alone reaches 1.070069, the optimum (bench/results/fast_notes.md,
     session 33)."""
     graph, (cost, R, S, kept) = plan.graph, best
-    improved, rounds = True, 0
+    improved, rounds, peaks = True, 0, None
     while improved and may_go_on(deadline, rounds > 0):
         improved, rounds = False, rounds + 1
         found = _hold_repeats(plan, budget, R, S, window)
         if found is not None and found[0] < cost - 1e-12 * abs(cost):
-            cost, R, S = found
+            cost, R, S, peaks = found
         for t, v, _ in _recomputations(graph, R):
             if past(deadline) or meets(cost, bound):
                 break
@@ -494,9 +497,11 @@ def _hold(plan: "Plan", budget: float, best: tuple, deadline: float,
             S_try = S.copy()
             S_try[before + 1:t + 1, v] = True
             R_try, S_try = tighten(graph, S_try)
-            sim = plan.price(R_try, S_try)
-            if sim.peak_memory <= budget and sim.compute_cost < cost - 1e-12 * abs(cost):
-                cost, R, S, improved = sim.compute_cost, R_try, S_try, True
+            if peaks is None:  # the start's, not counted as work: the caller priced it
+                peaks = stage_peaks(graph, R, S)
+            fits, cost_try, peaks_try = plan.reprice(R_try, S_try, (R, S, peaks), budget)
+            if fits and cost_try < cost - 1e-12 * abs(cost):
+                cost, R, S, peaks, improved = cost_try, R_try, S_try, peaks_try, True
     return cost, R, S, kept
 
 
@@ -508,7 +513,8 @@ def _hold_repeats(plan: "Plan", budget: float, R: np.ndarray, S: np.ndarray,
     the gap, from the nearest value kept, and drops what it rebuilt on the way: on a chain, a
     run of dropped activations is rebuilt once per reader. On heterogeneous linear(512) at
     30% of its budget range, 1.368 of the total cost; one move to 1.0969, the optimum, where
-    the moves one at a time took 362 simulations (10 s)."""
+    the moves one at a time took 362 simulations (10 s). Returns (cost, R, S, stage
+    peaks)."""
     S_try, moved = S.copy(), False
     for t, v, before in _recomputations(plan.graph, R):
         if _outside(t, before, window) or before == v:
@@ -518,7 +524,9 @@ def _hold_repeats(plan: "Plan", budget: float, R: np.ndarray, S: np.ndarray,
         return None
     R_try, S_try = tighten(plan.graph, S_try)
     sim = plan.price(R_try, S_try)
-    return (sim.compute_cost, R_try, S_try) if sim.peak_memory <= budget else None
+    if sim.peak_memory > budget:
+        return None
+    return sim.compute_cost, R_try, S_try, sim.stage_peaks(plan.graph.size)
 
 
 def _held_from(R: np.ndarray, t: int, v: int, window: tuple[int, int] | None) -> int | None:
@@ -533,6 +541,13 @@ def _outside(t: int, before: int, window: tuple[int, int] | None) -> bool:
     return window is not None and (t < window[0] or before >= window[1])
 
 
+RESTART_GAP = 1e-3
+"""The relative gap within which ``_restart`` solves its knapsacks: their weights are random
+factors of the costs anyway. Six such knapsacks took 0.075 s each instead of 0.160 on a
+12-layer GPT-2 at op level, 30%, and 0.307 instead of 0.793 on random_dag(500) at 40%, at
+most 0.1% below the optimum (bench/results/fast_notes.md, session 39)."""
+REPRICE_TOLERANCE = 1e-9
+"""``Plan.reprice`` leaves a peak this close to the budget (relative) to ``simulate``."""
 KICKS = 3
 """Values whose residency one kick of ``_search`` drops."""
 STALL = 30
@@ -606,10 +621,10 @@ def _kick(plan: "Plan", budget: float, best: tuple, rng, deadline: float,
 
 def _restart(plan: "Plan", budget: float, rng, deadline: float, threads,
              bound: float = -math.inf):
-    """The knapsack with each gap's weight scaled by a random factor (log-normal), then both
-    hill-climbing passes; None if nothing fits."""
+    """The knapsack with each gap's weight scaled by a random factor (log-normal), solved
+    within ``RESTART_GAP``, then both hill-climbing passes; None if nothing fits."""
     weights = plan.own_costs() * rng.lognormal(0.0, 1.0, len(plan.gaps))
-    found, _, _ = _fit(plan, budget, weights, deadline, threads)
+    found, _, _ = _fit(plan, budget, weights, deadline, threads, RESTART_GAP)
     if found is None:
         return None
     now = time.perf_counter()
@@ -668,6 +683,26 @@ class Plan:
         """The simulator's verdict on (R, S), counted in ``work``."""
         self.work += 1
         return simulate(self.graph, R, S)
+
+    def reprice(self, R: np.ndarray, S: np.ndarray, was: tuple, budget: float):
+        """(whether (R, S) fits ``budget``, its cost, its stage peaks), where ``was`` is (R, S,
+        stage peaks) of a valid schedule that differs from it in a few stages: only the stages
+        whose R, S or next S changed are replayed (``simulate.stage_peaks``; a hold move on a
+        12-layer GPT-2 at op level changes 1-3 runs of its 679 stages). Counted in ``work``
+        as ``price``; a peak within ``REPRICE_TOLERANCE`` of the budget is decided by
+        ``simulate`` (bytes that are not whole numbers add up in another order here)."""
+        self.work += 1
+        R_was, S_was, peaks = was
+        moved = (S != S_was).any(axis=1)
+        changed = moved | (R != R_was).any(axis=1)
+        changed[:-1] |= moved[1:]  # what a stage keeps is the next stage's S
+        rows = np.flatnonzero(changed)
+        peaks = peaks.copy()
+        peaks[rows] = stage_peaks(self.graph, R, S, rows)
+        peak = max(float(peaks.max()), float(self.graph.static_mem))
+        if abs(peak - budget) <= REPRICE_TOLERANCE * budget:
+            peak = simulate(self.graph, R, S).peak_memory
+        return peak <= budget, compute_cost(self.graph, R), peaks
 
     def attempt(self, kept: set[int], budget: float):
         """The schedule of ``kept``, priced: ((cost, R, S, kept) if it fits the budget, else
