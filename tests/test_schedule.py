@@ -387,5 +387,7 @@ def test_stage_peaks_replays_any_set_of_stages_alone(seed):
             by_hand = _stage_peaks_by_hand(graph, R, S)
             assert np.array_equal(stage_peaks(graph, R, S), by_hand)
             rows = np.flatnonzero(rng.random(graph.size) < 0.4)  # runs and gaps
-            if rows.size:
-                assert np.array_equal(stage_peaks(graph, R, S, rows), by_hand[rows])
+            assert np.array_equal(stage_peaks(graph, R, S, rows), by_hand[rows])
+            rows = rng.integers(0, graph.size, 5)  # any order, repeats
+            assert np.array_equal(stage_peaks(graph, R, S, rows), by_hand[rows])
+            assert stage_peaks(graph, R, S, []).size == 0

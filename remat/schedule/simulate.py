@@ -143,13 +143,14 @@ def simulate(graph: RematGraph, R, S) -> Simulation:
 
 def stage_peaks(graph: RematGraph, R: np.ndarray, S: np.ndarray,
                 rows: np.ndarray | None = None) -> np.ndarray:
-    """The peak of each stage in ``rows`` (all where None), as ``simulate``'s
+    """The peak of each stage in ``rows`` (all where None; any order), as ``simulate``'s
     ``Simulation.stage_peaks`` gives it, replaying only those stages: stage t starts with
     exactly S[t] alive and keeps S[t + 1], so it can be replayed alone. For local searches
     that change a few stages of a valid schedule at a time; it checks the reads of those
-    stages only, not the structural rules (``check_shape``)."""
+    stages only (an error names a stage by its place in ``rows``), not the structural rules
+    (``check_shape``)."""
     size = graph.size
-    rows = np.arange(size) if rows is None else np.asarray(rows)
+    rows = np.arange(size) if rows is None else np.asarray(rows, dtype=int)
     keep = np.zeros((len(rows), size), dtype=bool)
     inside = rows + 1 < size
     keep[inside] = S[rows[inside] + 1]
@@ -160,10 +161,14 @@ def stage_peaks(graph: RematGraph, R: np.ndarray, S: np.ndarray,
     held, kept = sub @ graph.mem, keep @ graph.mem
     ran_from = np.concatenate(([0.0], np.cumsum(kept - held)[:-1]))
     shift = graph.static_mem + held - ran_from
-    computes = np.flatnonzero(events.compute)  # in stage order, each stage computes
-    stage = events.stage[computes]
-    firsts = np.flatnonzero(np.concatenate(([True], stage[1:] != stage[:-1])))
-    return np.maximum.reduceat(events.memory[computes], firsts) + shift
+    peaks = np.zeros(len(rows))
+    computes = np.flatnonzero(events.compute)  # in the order of rows
+    if computes.size:
+        stage = events.stage[computes]
+        firsts = np.flatnonzero(np.concatenate(([True], stage[1:] != stage[:-1])))
+        ran = stage[firsts]
+        peaks[ran] = np.maximum.reduceat(events.memory[computes], firsts) + shift[ran]
+    return peaks
 
 
 def compute_cost(graph: RematGraph, R: np.ndarray) -> float:

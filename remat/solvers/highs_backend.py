@@ -93,7 +93,8 @@ def run(arrays: dict, time_limit: float | None = None, mip_rel_gap: float = 0.0,
     and the gap is still open (the model's optimum, at most the incumbent, is then below
     ``bound_at``, and the bound can rise by at most that share of the distance left); the
     status is then "settled".
-    ``jump`` False: no feasibility-jump heuristic, for a caller that wants only the bound; never
+    ``jump`` False: no feasibility-jump heuristic, for a caller that wants only the bound, or
+    whose model has an obvious solution (``bounds.retained``: keeping nothing); never
     with less than ``JUMP_SECONDS_PER_NONZERO`` a nonzero (time limit / nonzeros). It
     runs before the root LP and past the time limit: the moment model of heterogeneous
     linear(384), 589057 columns, with a 1 s limit returned after 17.1 s with it and 7.8 s

@@ -508,13 +508,12 @@ def _hold(plan: "Plan", budget: float, best: tuple, deadline: float,
 def _hold_repeats(plan: "Plan", budget: float, R: np.ndarray, S: np.ndarray,
                   window: tuple[int, int] | None) -> tuple | None:
     """``_hold``'s move for every computation after a recomputation at once: each such value
-    kept from its previous computation (cost, R, S), or None if that does not fit. The
-    schedule of a knapsack's gaps rebuilds a dropped value in the stage that reads it after
-    the gap, from the nearest value kept, and drops what it rebuilt on the way: on a chain, a
-    run of dropped activations is rebuilt once per reader. On heterogeneous linear(512) at
-    30% of its budget range, 1.368 of the total cost; one move to 1.0969, the optimum, where
-    the moves one at a time took 362 simulations (10 s). Returns (cost, R, S, stage
-    peaks)."""
+    kept from its previous computation: (cost, R, S, stage peaks), or None if that does not
+    fit. The schedule of a knapsack's gaps rebuilds a dropped value in the stage that reads it
+    after the gap, from the nearest value kept, and drops what it rebuilt on the way: on a
+    chain, a run of dropped activations is rebuilt once per reader. On heterogeneous
+    linear(512) at 30% of its budget range, 1.368 of the total cost; one move to 1.0969, the
+    optimum, where the moves one at a time took 362 simulations (10 s)."""
     S_try, moved = S.copy(), False
     for t, v, before in _recomputations(plan.graph, R):
         if _outside(t, before, window) or before == v:
@@ -700,7 +699,7 @@ class Plan:
         peaks = peaks.copy()
         peaks[rows] = stage_peaks(self.graph, R, S, rows)
         peak = max(float(peaks.max()), float(self.graph.static_mem))
-        if abs(peak - budget) <= REPRICE_TOLERANCE * budget:
+        if math.isfinite(budget) and abs(peak - budget) <= REPRICE_TOLERANCE * budget:
             peak = simulate(self.graph, R, S).peak_memory
         return peak <= budget, compute_cost(self.graph, R), peaks
 
