@@ -107,16 +107,14 @@ def test_no_feasibility_jump_under_a_short_limit(monkeypatch):
     monkeypatch.setattr(highs_backend, "run", counted)
     graph = remat.graphs.random_dag(20, seed=0)
     room = bounds.stage_room(graph, remat.parse_budget("50%", graph))
-    model = bounds._Model(room)  # a knapsack as ``retained`` builds it
-    for v, first, last in bounds.gaps(graph):
-        model.memory_span(first, last, model.column(-float(graph.cost[v])), float(graph.mem[v]))
+    weights = np.array([graph.cost[v] for v, _, _ in bounds.gaps(graph)], dtype=float)
+    model = bounds.knapsack(graph, room, bounds.gaps(graph), weights)
     per_nonzero = highs_backend.JUMP_SECONDS_PER_NONZERO
     for limit, jump in ((None, True), (10.0, True), (1e-6, False)):
         calls = len(jumps)
         highs_backend.run(model.arrays(), time_limit=limit)
         assert len(jumps) == len(nonzeros) == calls + 1 and jumps[-1] is jump
         assert limit is None or (limit >= per_nonzero * nonzeros[-1]) is jump
-    weights = np.array([graph.cost[v] for v, _, _ in bounds.gaps(graph)], dtype=float)
     bounds.retained(graph, room, bounds.gaps(graph), weights, time_limit=None)
     assert jumps[-1] is False  # retention's knapsacks never run it (keeping none fits)
 

@@ -460,16 +460,22 @@ def retained(graph: RematGraph, room: np.ndarray, gap_list: list[tuple[int, int,
     columns = [k for k in range(len(gap_list)) if weights[k] > 0]
     if not columns:
         return set()
-    model = _Model(room)
-    for k in columns:
-        col = model.column(-float(weights[k]))
-        v, first, last = gap_list[k]
-        model.memory_span(first, last, col, float(graph.mem[v]))
+    model = knapsack(graph, room, [gap_list[k] for k in columns], weights[columns])
     result = highs_backend.run(model.arrays(), time_limit=time_limit, threads=threads,
                                mip_rel_gap=mip_rel_gap, jump=False)
     if result.x is None:
         return None
     return {k for k, x in zip(columns, result.x) if x > 0.5}
+
+
+def knapsack(graph: RematGraph, room: np.ndarray, gap_list: list[tuple[int, int, int]],
+             weights: np.ndarray) -> "_Model":
+    """``retained``'s model: a column per gap (its weight kept), the gaps' bytes within each
+    stage's ``room``."""
+    model = _Model(room)
+    for (v, first, last), weight in zip(gap_list, weights):
+        model.memory_span(first, last, model.column(-float(weight)), float(graph.mem[v]))
+    return model
 
 
 def _close_rebuilds(graph: RematGraph, horizon: dict[int, int]) -> None:
