@@ -171,6 +171,20 @@ def stage_peaks(graph: RematGraph, R: np.ndarray, S: np.ndarray,
     return peaks
 
 
+def restaged(graph: RematGraph, R: np.ndarray, S: np.ndarray, was: tuple) -> np.ndarray:
+    """The stage peaks of (R, S) (``stage_peaks``), where ``was`` is (R, S, stage peaks) of a
+    schedule it differs from in a few stages: only the stages whose R, S or next S (what the
+    stage keeps) changed are replayed."""
+    R_was, S_was, peaks = was
+    moved = (S != S_was).any(axis=1)
+    changed = moved | (R != R_was).any(axis=1)
+    changed[:-1] |= moved[1:]
+    rows = np.flatnonzero(changed)
+    peaks = peaks.copy()
+    peaks[rows] = stage_peaks(graph, R, S, rows)
+    return peaks
+
+
 def compute_cost(graph: RematGraph, R: np.ndarray) -> float:
     """What running R costs, priced as counts x cost so that checkpoint-all costs exactly
     ``graph.total_cost`` (the price ``simulate`` reports, without the replay)."""

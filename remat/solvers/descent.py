@@ -17,36 +17,65 @@ stage's peak:
 Each step takes the move that lowers (peak, total overshoot of the budget) most, or (for
 retention, ``cheap``) the one that adds the least cost per byte of overshoot removed; where no
 single move helps, the best pair (any first move at the worst stage, then the best after it).
-Every schedule is ``tighten``-ed and priced by the simulator.
+Every schedule is ``tighten``-ed and priced by the simulator: a move's by replaying only the
+stages it changed (``simulate.restaged``), the whole simulation where asked for
+(``Point.sim``).
 """
 from __future__ import annotations
 
+import math
+from functools import cached_property
 from typing import Iterator
 
 import numpy as np
 
 from remat.graph.core import RematGraph
 from remat.schedule.rs import tighten
-from remat.schedule.simulate import Simulation, simulate
+from remat.schedule.simulate import Simulation, compute_cost, restaged, simulate
 from remat.solvers.base import past
 
 STAGES = 4
 """Stages over the budget, worst first, whose moves one step tries."""
+TOLERANCE = 1e-9
+"""``fits`` leaves a peak this close to the budget (relative) to ``simulate``: stage peaks
+replayed apart add bytes that are not whole numbers in another order."""
+
+
+def fits(graph: RematGraph, R: np.ndarray, S: np.ndarray, peaks: np.ndarray,
+         budget: float) -> bool:
+    """Whether the schedule (R, S) with these stage peaks fits ``budget``, as ``simulate``
+    says (it decides where the peak is within ``TOLERANCE`` of the budget)."""
+    peak = max(float(peaks.max()), float(graph.static_mem))
+    if math.isfinite(budget) and abs(peak - budget) <= TOLERANCE * budget:
+        peak = simulate(graph, R, S).peak_memory
+    return peak <= budget
 
 
 class Point:
-    """A schedule (``tighten``-ed R, S), its simulation and its score: (peak, the sum over
-    stages of how far each goes over ``budget``), lower is better."""
+    """A schedule (``tighten``-ed R, S), its stage peaks, cost and score: (peak, the sum over
+    stages of how far each goes over ``budget``), lower is better. From a ``base`` point only
+    the stages that differ from it are replayed; the whole simulation (``sim``) is made where
+    asked for."""
 
-    def __init__(self, graph: RematGraph, S: np.ndarray, budget: float):
+    def __init__(self, graph: RematGraph, S: np.ndarray, budget: float,
+                 base: "Point | None" = None):
+        self.graph = graph
         self.R, self.S = tighten(graph, S)
-        self.sim: Simulation = simulate(graph, self.R, self.S)
-        self.peaks = self.sim.stage_peaks(graph.size)
+        if base is None:
+            self.sim = simulate(graph, self.R, self.S)
+            self.peaks = self.sim.stage_peaks(graph.size)
+        else:
+            self.peaks = restaged(graph, self.R, self.S, (base.R, base.S, base.peaks))
+        self.cost = compute_cost(graph, self.R)
         over = np.maximum(self.peaks - budget, 0.0).sum()
-        self.score = (self.sim.peak_memory, float(over))
+        self.score = (max(float(self.peaks.max()), float(graph.static_mem)), float(over))
+
+    @cached_property
+    def sim(self) -> Simulation:
+        return simulate(self.graph, self.R, self.S)
 
     def fits(self, budget: float) -> bool:
-        return self.sim.peak_memory <= budget
+        return fits(self.graph, self.R, self.S, self.peaks, budget)
 
     def worst(self, budget: float, count: int) -> list[int]:
         """Up to ``count`` stages over ``budget``, highest peak first."""
@@ -84,7 +113,7 @@ def _by_cost(base: Point, found: Point):
     removed = base.score[1] - found.score[1]
     if removed <= 0:
         return None
-    return max(found.sim.compute_cost - base.sim.compute_cost, 0.0) / removed
+    return max(found.cost - base.cost, 0.0) / removed
 
 
 def _best_step(graph: RematGraph, base: Point, point: Point, budget: float, rank,
@@ -97,7 +126,7 @@ def _best_step(graph: RematGraph, base: Point, point: Point, budget: float, rank
         for S in _moves(graph, point, t):
             if past(deadline):
                 return best, least
-            found = Point(graph, S, budget)
+            found = Point(graph, S, budget, point)
             key = rank(base, found)
             if key is not None and (least is None or key < least):
                 best, least = found, key
@@ -112,7 +141,8 @@ def _best_pair(graph: RematGraph, point: Point, budget: float, rank,
     for S in _moves(graph, point, point.worst(budget, 1)[0]):
         if past(deadline):
             break
-        found, key = _best_step(graph, point, Point(graph, S, budget), budget, rank, deadline)
+        found, key = _best_step(graph, point, Point(graph, S, budget, point), budget, rank,
+                                deadline)
         if key is not None and (least is None or key < least):
             best, least = found, key
     return best
