@@ -1,6 +1,7 @@
 """Peak descent (remat/solvers/descent.py) and retention where no choice of gaps fits."""
 from __future__ import annotations
 
+import sys
 import time
 
 import remat
@@ -204,3 +205,24 @@ def test_auto_gives_the_time_left_to_the_least_peak_when_nothing_fits():
     [fits] = auto._lowest_left(graph, low.min_budget, options, clock.perf_counter() + 3)
     assert fits.feasible and fits.peak_memory <= low.min_budget
     assert simulate(graph, fits.R, fits.S).peak_memory == fits.peak_memory
+
+
+def test_descent_priced_by_changed_stages_is_the_descent_priced_whole(monkeypatch):
+    """A move's point replays only the stages that differ from the point it moves from
+    (``simulate.restaged``); with every stage replayed instead, the descent takes the same
+    steps to the same schedule, cost-aware or not."""
+    from remat.solvers import descent
+
+    graph = remat.graphs.random_dag(30, seed=1)
+    plan = Plan(graph)
+    S = plan.schedule(set())[1]  # every gap dropped: rebuilds peak over the budget below
+    budget = 0.9 * simulate(graph, *plan.schedule(set())).peak_memory
+    ends = []
+    for whole in (False, True):
+        if whole:
+            monkeypatch.setattr(descent, "restaged", lambda graph, R, S, was:
+                                sys.modules["remat.schedule.simulate"].stage_peaks(graph, R, S))
+        for cheap in (False, True):
+            point = descend(graph, S, budget, time.perf_counter() + 30, cheap=cheap)
+            ends.append((cheap, point.fits(budget), point.S.tobytes(), point.cost))
+    assert ends[:2] == ends[2:] and ends[0][1]
