@@ -395,10 +395,10 @@ def test_stage_peaks_replays_any_set_of_stages_alone(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_restaged_equals_a_full_replay_after_any_valid_change(seed):
-    """``restaged`` replays only the stages a change touched and moves the peaks of stages
-    where values only started or stopped passing through; on random schedules (copies of
-    resident values computed again included) changed in a run of stages of one value, or in
-    R alone, its peaks equal a full simulation's."""
+    """``restaged`` replays only the stages a change touched (R, S, or what the stage keeps);
+    on random schedules (copies of resident values computed again included) changed in R
+    alone, in a run of stages of one value, or by a computed copy made resident and kept,
+    its peaks equal a full simulation's."""
     rng = np.random.default_rng(seed)
     checked = 0
     for graph in (remat.graphs.random_dag(16, seed=seed), remat.graphs.unet(2), skip()):
@@ -414,7 +414,7 @@ def test_restaged_equals_a_full_replay_after_any_valid_change(seed):
                 R2[s, v] = not R2[s, v]
             elif kind == 1 or not len(copies):
                 S2[s:end, v] = rng.random() < 0.5
-            else:  # a value computed again made resident and kept: not a pass-through
+            else:  # a value computed again made resident and kept
                 s, v = copies[rng.integers(len(copies))]
                 S2[s + 1:s + 3, v] = True
             try:

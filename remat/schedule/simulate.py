@@ -173,36 +173,16 @@ def stage_peaks(graph: RematGraph, R: np.ndarray, S: np.ndarray,
 
 def restaged(graph: RematGraph, R: np.ndarray, S: np.ndarray, was: tuple) -> np.ndarray:
     """The stage peaks of (R, S) (``stage_peaks``), where ``was`` is (R, S, stage peaks) of a
-    valid schedule it differs from in a few stages: only the stages whose R, S or next S (what
-    the stage keeps) changed are replayed, and not those where the only change is values that
-    pass through (resident at the start, kept, not computed; so, in a valid schedule, not
-    read): each is in memory at every event of the stage, and its peak moves by its bytes."""
+    schedule it differs from in a few stages: only the stages whose R, S or next S (what the
+    stage keeps) changed are replayed."""
     R_was, S_was, peaks = was
-    moved = S != S_was
-    kept_moved = np.zeros_like(moved)
-    kept_moved[:-1] = moved[1:]
-    computed = (R != R_was).any(axis=1)
-    changed = np.flatnonzero(moved.any(axis=1) | kept_moved.any(axis=1) | computed)
-    through = _passing_only(graph, R, S, moved, kept_moved, changed[~computed[changed]])
-    peaks, flips = peaks.copy(), moved[through]
-    peaks[through] += (flips & S[through]) @ graph.mem - (flips & S_was[through]) @ graph.mem
-    replayed = np.setdiff1d(changed, through, assume_unique=True)
-    peaks[replayed] = stage_peaks(graph, R, S, replayed)
+    moved = (S != S_was).any(axis=1)
+    changed = moved | (R != R_was).any(axis=1)
+    changed[:-1] |= moved[1:]
+    rows = np.flatnonzero(changed)
+    peaks = peaks.copy()
+    peaks[rows] = stage_peaks(graph, R, S, rows)
     return peaks
-
-
-def _passing_only(graph: RematGraph, R: np.ndarray, S: np.ndarray, moved: np.ndarray,
-                  kept_moved: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The stages of ``rows`` (whose R did not change) where the only change is values that
-    start or stop passing through (``restaged``): the stage's S and what it keeps flip
-    together, to or from resident and kept, and the stage does not compute them."""
-    keep = np.zeros((len(rows), graph.size), dtype=bool)
-    inside = rows + 1 < graph.size
-    keep[inside] = S[rows[inside] + 1]
-    flips = moved[rows]
-    only = ~(flips ^ kept_moved[rows]).any(axis=1) & \
-        ~(flips & ((S[rows] ^ keep) | R[rows])).any(axis=1)
-    return rows[only]
 
 
 def compute_cost(graph: RematGraph, R: np.ndarray) -> float:
