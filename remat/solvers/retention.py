@@ -542,9 +542,9 @@ def _outside(t: int, before: int, window: tuple[int, int] | None) -> bool:
 
 RESTART_GAP = 1e-3
 """The relative gap within which ``_restart`` solves its knapsacks: their weights are random
-factors of the costs anyway. Six such knapsacks took 0.075 s each instead of 0.160 on a
-12-layer GPT-2 at op level, 30%, and 0.307 instead of 0.793 on random_dag(500) at 40%, at
-most 0.1% below the optimum (bench/results/fast_notes.md, session 39)."""
+factors of the costs anyway. Six such knapsacks took 0.075 s each instead of 0.160 solved to
+the optimum on a 12-layer GPT-2 at op level, 30%, and 0.307 instead of 0.793 on
+random_dag(500) at 40%, at most 0.1% below it (bench/results/fast_notes.md, session 39)."""
 KICKS = 3
 """Values whose residency one kick of ``_search`` drops."""
 STALL = 30
