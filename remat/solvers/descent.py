@@ -45,10 +45,15 @@ def fits(graph: RematGraph, R: np.ndarray, S: np.ndarray, peaks: np.ndarray,
          budget: float) -> bool:
     """Whether the schedule (R, S) with these stage peaks fits ``budget``, as ``simulate``
     says (it decides where the peak is within ``TOLERANCE`` of the budget)."""
-    peak = max(float(peaks.max()), float(graph.static_mem))
+    peak = _peak(graph, peaks)
     if math.isfinite(budget) and abs(peak - budget) <= TOLERANCE * budget:
         peak = simulate(graph, R, S).peak_memory
     return peak <= budget
+
+
+def _peak(graph: RematGraph, peaks: np.ndarray) -> float:
+    """The schedule's peak from its stage peaks: the largest, static memory at least."""
+    return max(float(peaks.max()), float(graph.static_mem))
 
 
 class Point:
@@ -68,7 +73,7 @@ class Point:
             self.peaks = restaged(graph, self.R, self.S, (base.R, base.S, base.peaks))
         self.cost = compute_cost(graph, self.R)
         over = np.maximum(self.peaks - budget, 0.0).sum()
-        self.score = (max(float(self.peaks.max()), float(graph.static_mem)), float(over))
+        self.score = (_peak(graph, self.peaks), float(over))
 
     @cached_property
     def sim(self) -> Simulation:
