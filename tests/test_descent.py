@@ -64,6 +64,20 @@ def test_descent_stops_where_it_cannot_fit():
     assert not point.fits(30.0) and point.sim.peak_memory >= peak_lower_bound(graph) == 40
 
 
+def test_descent_trades_a_value_for_its_inputs_down_to_the_least_peak():
+    """random_dag(6, seed=11): no drop, hoist or hold lowers the best baseline's peak
+    (25690112 B); freeing a value and keeping its inputs to its reader instead (the trade
+    move) reaches the pebbling floor, exact there, so the least peak of every schedule."""
+    from remat.solvers.min_budget import smallest_baseline
+
+    graph = remat.graphs.random_dag(6, seed=11)
+    floor = peak_floor(graph, None)
+    peak, _, S = smallest_baseline(graph)
+    assert floor.exact and peak > floor.value
+    point = descend(graph, S, floor.value, time.perf_counter() + 30)
+    assert simulate(graph, point.R, point.S).peak_memory == floor.value
+
+
 def test_retention_schedules_the_head_through_the_descent():
     """retention at 42 B: a schedule (was "infeasible"), within the budget, no cheaper than
     milp's optimum, with a bound no higher than it."""

@@ -5,11 +5,15 @@ its missing ancestors, in the stage that reads it. Within a stage nodes run in i
 so such a rebuild can hold more at once than any single node needs: fcn_resnet50 at module
 level rebuilds its bilinear head (four 2.625 MiB gathers, all computed before the first
 subtraction reads two of them) and no gap choice fits 40% of its range. This local search
-works on S itself, at the stages over the budget, with three moves on a value live at the
+works on S itself, at the stages over the budget, with four moves on a value live at the
 stage's peak:
 
 - drop: free a resident value from this stage until the next stage that reads it (which
   then computes it again);
+- trade: the same drop, but the value's inputs that the stage holds stay resident until that
+  reader instead, so the rebuild there needs no more than the value itself (the backward of
+  fcn_resnet50's bilinear head at op level keeps one 2.6 MiB gradient where it kept three,
+  each rebuilt from it);
 - hoist: compute a value the stage rebuilds one stage earlier and keep it into this one
   (spreading a rebuild over several stages);
 - hold: keep a value the stage rebuilds from its previous computation instead.
@@ -160,6 +164,9 @@ def _moves(graph: RematGraph, point: Point, t: int) -> Iterator[np.ndarray]:
     for v in point.sim.live_at_peak(t):
         if S[t, v]:
             yield _drop(graph, R, S, t, v)
+            traded = _trade(graph, R, S, t, v)
+            if traded is not None:
+                yield traded
         elif R[t, v] and v != t:
             if t > 0 and not R[t - 1, v] and not S[t - 1, v]:
                 hoisted = S.copy()
@@ -174,11 +181,32 @@ def _moves(graph: RematGraph, point: Point, t: int) -> Iterator[np.ndarray]:
 
 def _drop(graph: RematGraph, R: np.ndarray, S: np.ndarray, t: int, v: int) -> np.ndarray:
     """S with ``v`` freed from stage ``t`` up to and including the next stage that reads it."""
-    dropped, users = S.copy(), list(graph.users[v])
+    return _dropped(graph, R, S, t, v)[0]
+
+
+def _trade(graph: RematGraph, R: np.ndarray, S: np.ndarray, t: int,
+           v: int) -> np.ndarray | None:
+    """``_drop``, with each input of ``v`` alive in stage ``t`` (resident or computed there)
+    kept from stage ``t + 1`` to the reader that computes ``v`` again; None where that keeps
+    nothing more than ``_drop``."""
+    dropped, reader = _dropped(graph, R, S, t, v)
+    held = False
+    for d in graph.deps[v]:
+        if (S[t, d] or R[t, d]) and not dropped[t + 1:reader + 1, d].all():
+            dropped[t + 1:reader + 1, d] = True
+            held = True
+    return dropped if held else None
+
+
+def _dropped(graph: RematGraph, R: np.ndarray, S: np.ndarray, t: int,
+             v: int) -> tuple[np.ndarray, int]:
+    """(S with ``v`` freed from stage ``t`` up to and including the next stage that reads it,
+    that stage)."""
+    dropped, users, reader = S.copy(), list(graph.users[v]), t
     for u in range(t, graph.size):
         if not dropped[u, v]:
             break
-        dropped[u, v] = False
+        dropped[u, v], reader = False, u
         if R[u, users].any():  # a computation of stage u reads v
             break
-    return dropped
+    return dropped, reader
