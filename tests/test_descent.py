@@ -65,9 +65,10 @@ def test_descent_stops_where_it_cannot_fit():
 
 
 def test_descent_trades_a_value_for_its_inputs_down_to_the_least_peak():
-    """random_dag(6, seed=11): no drop, hoist or hold lowers the best baseline's peak
-    (25690112 B); freeing a value and keeping its inputs to its reader instead (the trade
-    move) reaches the pebbling floor, exact there, so the least peak of every schedule."""
+    """random_dag(6, seed=11): from the best baseline's schedule, above the pebbling floor
+    (exact there, so the least peak of every schedule), the descent reaches that floor;
+    without the trade move (free a value, keep its inputs to its reader instead) it stops at
+    the baseline's peak, 25690112 B (checked by removing the move)."""
     from remat.solvers.min_budget import smallest_baseline
 
     graph = remat.graphs.random_dag(6, seed=11)

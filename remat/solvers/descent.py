@@ -11,9 +11,11 @@ stage's peak:
 - drop: free a resident value from this stage until the next stage that reads it (which
   then computes it again);
 - trade: the same drop, but the value's inputs that the stage holds stay resident until that
-  reader instead, so the rebuild there needs no more than the value itself (the backward of
-  fcn_resnet50's bilinear head at op level keeps one 2.6 MiB gradient where it kept three,
-  each rebuilt from it);
+  reader instead, so the reader rebuilds the value from them, not its whole ancestry (in the
+  backward of fcn_resnet50's bilinear head at op level, autograd's order, a 2.6 MiB gradient
+  freed and rebuilt later from the one it was computed from: the least peak found in 20 s
+  went from 40.5% to 27.1% of its budget range, the pebbling floor 27.0%; bench/results/
+  fast_notes.md, session 40);
 - hoist: compute a value the stage rebuilds one stage earlier and keep it into this one
   (spreading a rebuild over several stages);
 - hold: keep a value the stage rebuilds from its previous computation instead.
@@ -158,8 +160,8 @@ def _best_pair(graph: RematGraph, point: Point, budget: float, rank,
 
 
 def _moves(graph: RematGraph, point: Point, t: int) -> Iterator[np.ndarray]:
-    """The S of each drop, hoist and hold move at stage ``t`` (module docstring) on the
-    values live at that stage's peak."""
+    """The S of each drop, trade, hoist and hold move at stage ``t`` (module docstring) on
+    the values live at that stage's peak."""
     R, S = point.R, point.S
     for v in point.sim.live_at_peak(t):
         if S[t, v]:
