@@ -6,6 +6,7 @@ import time
 
 import remat
 from remat.schedule import simulate
+from remat.schedule.rs import checkpoint_all
 from remat.solvers.base import SolveOptions, solver
 from remat.solvers.bounds import peak_lower_bound
 from remat.solvers.descent import descend
@@ -65,16 +66,24 @@ def test_descent_stops_where_it_cannot_fit():
 
 
 def test_descent_trades_a_value_for_its_inputs_down_to_the_least_peak():
-    """random_dag(6, seed=11): from the best baseline's schedule, above the pebbling floor
-    (exact there, so the least peak of every schedule), the descent reaches that floor;
-    without the trade move (free a value, keep its inputs to its reader instead) it stops at
-    the baseline's peak, 25690112 B (checked by removing the move)."""
-    from remat.solvers.min_budget import smallest_baseline
+    """random_dag(6, seed=11): from checkpoint-all's schedule the descent reaches the pebbling
+    floor (exact there, so the least peak of every schedule); without the trade move (free a
+    value, keep its inputs to its reader instead) it stops at 25690112 B (checked by removing
+    the move)."""
+    _reaches_the_floor(remat.graphs.random_dag(6, seed=11))
 
-    graph = remat.graphs.random_dag(6, seed=11)
+
+def test_descent_releases_a_value_its_stage_computes_down_to_the_least_peak():
+    """random_dag(6, seed=4): as above; without the release move (no longer keep a value the
+    stage computes, up to its next reader) the descent stops at 25690112 B against the floor's
+    22020096 (checked by removing the move)."""
+    _reaches_the_floor(remat.graphs.random_dag(6, seed=4))
+
+
+def _reaches_the_floor(graph):
     floor = peak_floor(graph, None)
-    peak, _, S = smallest_baseline(graph)
-    assert floor.exact and peak > floor.value
+    _, S = checkpoint_all(graph)
+    assert floor.exact and simulate(graph, *checkpoint_all(graph)).peak_memory > floor.value
     point = descend(graph, S, floor.value, time.perf_counter() + 30)
     assert simulate(graph, point.R, point.S).peak_memory == floor.value
 

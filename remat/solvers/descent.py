@@ -5,7 +5,7 @@ its missing ancestors, in the stage that reads it. Within a stage nodes run in i
 so such a rebuild can hold more at once than any single node needs: fcn_resnet50 at module
 level rebuilds its bilinear head (four 2.625 MiB gathers, all computed before the first
 subtraction reads two of them) and no gap choice fits 40% of its range. This local search
-works on S itself, at the stages over the budget, with four moves on a value live at the
+works on S itself, at the stages over the budget, with five moves on a value live at the
 stage's peak:
 
 - drop: free a resident value from this stage until the next stage that reads it (which
@@ -16,6 +16,8 @@ stage's peak:
   freed and rebuilt later from the one it was computed from: the least peak found in 20 s
   went from 40.5% to 27.1% of its budget range, the pebbling floor 27.0%; bench/results/
   fast_notes.md, session 40);
+- release: stop keeping a value the stage computes (and keeps) until the next stage that
+  reads it, which then computes it again; and the same with its inputs kept there instead;
 - hoist: compute a value the stage rebuilds one stage earlier and keep it into this one
   (spreading a rebuild over several stages);
 - hold: keep a value the stage rebuilds from its previous computation instead.
@@ -160,44 +162,59 @@ def _best_pair(graph: RematGraph, point: Point, budget: float, rank,
 
 
 def _moves(graph: RematGraph, point: Point, t: int) -> Iterator[np.ndarray]:
-    """The S of each drop, trade, hoist and hold move at stage ``t`` (module docstring) on
-    the values live at that stage's peak."""
+    """The S of each drop, trade, release, hoist and hold move at stage ``t`` (module
+    docstring) on the values live at that stage's peak."""
     R, S = point.R, point.S
     for v in point.sim.live_at_peak(t):
         if S[t, v]:
-            yield _drop(graph, R, S, t, v)
-            traded = _trade(graph, R, S, t, v)
-            if traded is not None:
-                yield traded
-        elif R[t, v] and v != t:
-            if t > 0 and not R[t - 1, v] and not S[t - 1, v]:
-                hoisted = S.copy()
-                hoisted[t, v] = True
-                yield hoisted
-            earlier = np.flatnonzero(R[:t, v])
-            if earlier.size:
-                held = S.copy()
-                held[earlier[-1] + 1:t + 1, v] = True
-                yield held
+            yield from _drops(graph, R, S, t, v)
+            continue
+        if not R[t, v]:
+            continue
+        if t + 1 < graph.size and S[t + 1, v]:
+            yield from _releases(graph, R, S, t, v)
+        if v == t:
+            continue
+        if t > 0 and not R[t - 1, v] and not S[t - 1, v]:
+            hoisted = S.copy()
+            hoisted[t, v] = True
+            yield hoisted
+        earlier = np.flatnonzero(R[:t, v])
+        if earlier.size:
+            held = S.copy()
+            held[earlier[-1] + 1:t + 1, v] = True
+            yield held
 
 
-def _drop(graph: RematGraph, R: np.ndarray, S: np.ndarray, t: int, v: int) -> np.ndarray:
-    """S with ``v`` freed from stage ``t`` up to and including the next stage that reads it."""
-    return _dropped(graph, R, S, t, v)[0]
-
-
-def _trade(graph: RematGraph, R: np.ndarray, S: np.ndarray, t: int,
-           v: int) -> np.ndarray | None:
-    """``_drop``, with each input of ``v`` alive in stage ``t`` (resident or computed there)
-    kept from stage ``t + 1`` to the reader that computes ``v`` again; None where that keeps
-    nothing more than ``_drop``."""
+def _drops(graph: RematGraph, R: np.ndarray, S: np.ndarray, t: int,
+           v: int) -> Iterator[np.ndarray]:
+    """The drop and trade moves of ``v``, resident at stage ``t``: freed up to its next
+    reader, then the same with its inputs alive in stage ``t`` kept to that reader."""
     dropped, reader = _dropped(graph, R, S, t, v)
-    held = False
-    for d in graph.deps[v]:
-        if (S[t, d] or R[t, d]) and not dropped[t + 1:reader + 1, d].all():
-            dropped[t + 1:reader + 1, d] = True
-            held = True
-    return dropped if held else None
+    yield dropped
+    alive = [d for d in graph.deps[v] if S[t, d] or R[t, d]]
+    yield from _holding(dropped, alive, t + 1, reader)
+
+
+def _releases(graph: RematGraph, R: np.ndarray, S: np.ndarray, t: int,
+              v: int) -> Iterator[np.ndarray]:
+    """The release moves of ``v``, computed in stage ``t`` and kept into ``t + 1``: kept no
+    longer, up to its next reader, then the same with its inputs kept to that reader."""
+    released, reader = _dropped(graph, R, S, t + 1, v)
+    yield released
+    yield from _holding(released, list(graph.deps[v]), t + 1, reader)
+
+
+def _holding(S: np.ndarray, values: list[int], first: int,
+             last: int) -> Iterator[np.ndarray]:
+    """S with ``values`` resident from stage ``first`` to ``last`` (the trade and release
+    moves: a freed value's inputs kept to the reader that computes it again); nothing where
+    they all are already."""
+    rows = slice(first, last + 1)
+    if values and not S[rows, values].all():
+        held = S.copy()
+        held[rows, values] = True
+        yield held
 
 
 def _dropped(graph: RematGraph, R: np.ndarray, S: np.ndarray, t: int,
