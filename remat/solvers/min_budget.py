@@ -108,7 +108,7 @@ def min_budget(graph: RematGraph, options: SolveOptions | None = None,
         share = DESCENT_SHARE if exact else 1.0
         deadline = None if options.time_limit is None else \
             began + share * options.time_limit
-        point = descend(graph, S, target, deadline)
+        point = descend(graph, S, floor, deadline, enough=target)
         if point.sim.peak_memory < peak:
             peak, R, S = point.sim.peak_memory, point.R, point.S
     if enough is not None and floor < peak <= enough:  # low enough: nothing below it is sought
