@@ -100,8 +100,8 @@ def test_descent_scored_toward_the_floor_stops_at_enough():
 
 def _reaches_the_floor(graph):
     floor = peak_floor(graph, None)
-    _, S = checkpoint_all(graph)
-    assert floor.exact and simulate(graph, *checkpoint_all(graph)).peak_memory > floor.value
+    R, S = checkpoint_all(graph)
+    assert floor.exact and simulate(graph, R, S).peak_memory > floor.value
     point = descend(graph, S, floor.value, time.perf_counter() + 30)
     assert simulate(graph, point.R, point.S).peak_memory == floor.value
 
