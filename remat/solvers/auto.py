@@ -449,8 +449,10 @@ def _below_floor(graph: RematGraph, budget: float, floor: float, options: SolveO
     module level spent the whole 30 s of milp's share of each such budget of a sweep without
     lowering it), and, unless that meets the floor, retention's least peak, each in at most half
     the time (fcn_resnet50 at op level, 25%, 15 s each: 22.0 MB by the descent, 19.3 MB by
-    retention; gpt2 at module level, 20%, and VGG-16 and MobileNetV2 at module level, 10%: the
-    descent meets the floor: 3.1-3.4, 0.2 and 4.2 s in all, bounds_low_auto.csv). On chains
+    retention, before the descent's trade and release moves; with them 16495568 B, 512 B
+    above the floor, auto with 30 s, session 40; gpt2 at module level, 20%, and VGG-16 and
+    MobileNetV2 at module level, 10%: the descent meets the floor: 3.1-3.4, 0.2 and 4.2 s in
+    all, bounds_low_auto.csv). On chains
     past ``LONG_CHAIN`` (``long``) none: there chain-dp has no least-peak schedule, and the
     schedules near the least peak take seconds per simulation (``_lowest_left``)."""
     if long:
