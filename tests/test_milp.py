@@ -262,7 +262,7 @@ def test_milp_builds_no_model_it_has_no_time_for(monkeypatch):
     monkeypatch.setattr(milp, "MilpModel", model)
     monkeypatch.setattr(min_budget, "MilpModel", model)
     no_lower = SimpleNamespace(sim=SimpleNamespace(peak_memory=np.inf))
-    monkeypatch.setattr(min_budget, "descend", lambda *args: no_lower)  # the MILP's turn
+    monkeypatch.setattr(min_budget, "descend", lambda *args, **kwargs: no_lower)  # the MILP's turn
     graph = remat.graphs.random_dag(100)
     budget = remat.parse_budget("50%", graph)
     quick = milp.solve(graph, budget, SolveOptions(time_limit=1.0))
