@@ -1,6 +1,6 @@
-"""The compiled parts of remat: chain-dp's recursions, and ``cheapest_r`` / ``s_from_r`` of
-remat/schedule/rs.py (pure Python otherwise: chain-dp falls back to its Python recursions, and
-rs.py to numpy, where these do not build)."""
+"""The compiled parts of remat: chain-dp's recursions, and ``cheapest_r`` / ``s_from_r`` /
+``tighten`` from a fixed point of remat/schedule/rs.py (pure Python otherwise: chain-dp falls
+back to its Python recursions, and rs.py to numpy, where these do not build)."""
 from setuptools import Extension, setup
 
 setup(ext_modules=[

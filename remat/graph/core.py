@@ -92,6 +92,16 @@ class RematGraph:
                               count=int(indptr[-1]))
         return indptr, indices
 
+    @cached_property
+    def user_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """The users as arrays (CSR, as ``dep_edges``): node k is read by
+        ``indices[indptr[k]:indptr[k+1]]``, increasing."""
+        indptr = np.zeros(self.size + 1, dtype=np.int64)
+        indptr[1:] = np.cumsum([len(u) for u in self.users])
+        indices = np.fromiter((u for users in self.users for u in users), dtype=np.int64,
+                              count=int(indptr[-1]))
+        return indptr, indices
+
     def predecessors(self, node: int) -> tuple[int, ...]:
         return self.deps[node]
 

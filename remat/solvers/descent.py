@@ -73,7 +73,7 @@ class Point:
     def __init__(self, graph: RematGraph, S: np.ndarray, budget: float,
                  base: "Point | None" = None):
         self.graph = graph
-        self.R, self.S = tighten(graph, S)
+        self.R, self.S = tighten(graph, S, None if base is None else (base.R, base.S))
         if base is None:
             self.sim = simulate(graph, self.R, self.S)
             self.peaks = self.sim.stage_peaks(graph.size)
@@ -225,11 +225,11 @@ def _dropped(graph: RematGraph, R: np.ndarray, S: np.ndarray, t: int,
              v: int) -> tuple[np.ndarray, int]:
     """(S with ``v`` freed from stage ``t`` up to and including the next stage that reads it,
     that stage)."""
-    dropped, users, reader = S.copy(), list(graph.users[v]), t
-    for u in range(t, graph.size):
-        if not dropped[u, v]:
-            break
-        dropped[u, v], reader = False, u
-        if R[u, users].any():  # a computation of stage u reads v
-            break
-    return dropped, reader
+    resident = S[t:, v]
+    stop = resident.size if resident.all() else int(np.argmin(resident))
+    reads = R[t:t + stop, list(graph.users[v])].any(axis=1)  # a computation there reads v
+    if reads.any():
+        stop = int(np.argmax(reads)) + 1
+    dropped = S.copy()
+    dropped[t:t + stop, v] = False
+    return dropped, t + max(stop - 1, 0)

@@ -496,7 +496,7 @@ def _hold(plan: "Plan", budget: float, best: tuple, deadline: float,
                 continue
             S_try = S.copy()
             S_try[before + 1:t + 1, v] = True
-            R_try, S_try = tighten(graph, S_try)
+            R_try, S_try = tighten(graph, S_try, (R, S))
             if peaks is None:  # the start's, not counted as work: the caller priced it
                 peaks = stage_peaks(graph, R, S)
             fitting, cost_try, peaks_try = plan.reprice(R_try, S_try, (R, S, peaks), budget)
@@ -597,8 +597,8 @@ def _kick(plan: "Plan", budget: float, best: tuple, rng, deadline: float,
     the hold pass over the stages that freed; None if it does not fit, decided before the
     hold pass, which only takes moves that fit (on random_dag(250) at 40% one pass over such
     a kick took 21 s of 30)."""
-    graph, (_, _, S, kept) = plan.graph, best
-    S = S.copy()
+    graph, (_, R, S, kept) = plan.graph, best
+    base, S = (R, S), S.copy()
     values = [v for v in np.flatnonzero(S.any(axis=0)) if graph.cost[v] > 0]
     if not values:
         return None
@@ -608,7 +608,7 @@ def _kick(plan: "Plan", budget: float, best: tuple, rng, deadline: float,
         start = stages[rng.integers(len(stages))]
         S[start:stages[-1] + 1, v] = False
         first, last = min(first, start), max(last, stages[-1])
-    R, S = tighten(graph, S)
+    R, S = tighten(graph, S, base)
     sim = plan.price(R, S)
     if sim.peak_memory > budget:  # the hold pass only takes moves that fit
         return None
