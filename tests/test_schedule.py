@@ -8,7 +8,7 @@ import remat
 from remat import InvalidScheduleError, RematGraph, simulate
 from remat.schedule import cheapest_r, checkpoint_all, parse_budget, s_from_r, tighten
 from remat.schedule.budget import BudgetError, budget_percent
-from remat.schedule.simulate import restaged, stage_peaks
+from remat.schedule.simulate import restaged, restaged_all, stage_peaks
 
 
 def chain():
@@ -440,18 +440,7 @@ def test_restaged_equals_a_full_replay_after_any_valid_change(seed):
         for _ in range(30):
             R, S = _random_schedule(graph, rng)
             peaks = simulate(graph, R, S).stage_peaks(graph.size)
-            R2, S2 = R.copy(), S.copy()
-            s, v = sorted(rng.integers(0, graph.size, 2))
-            end = min(graph.size, s + int(rng.integers(1, 4)))
-            copies = np.argwhere(R[1:-1] & (R[:-2] | S[:-2]) & ~S[1:-1])  # computed in t-1 too
-            kind = rng.integers(3)
-            if kind == 0:
-                R2[s, v] = not R2[s, v]
-            elif kind == 1 or not len(copies):
-                S2[s:end, v] = rng.random() < 0.5
-            else:  # a value computed again made resident and kept
-                s, v = copies[rng.integers(len(copies))]
-                S2[s + 1:s + 3, v] = True
+            R2, S2 = _changed(graph, R, S, rng)
             try:
                 full = simulate(graph, R2, S2).stage_peaks(graph.size)
             except InvalidScheduleError:
@@ -459,3 +448,43 @@ def test_restaged_equals_a_full_replay_after_any_valid_change(seed):
             assert np.array_equal(restaged(graph, R2, S2, (R, S, peaks)), full)
             checked += 1
     assert checked >= 30
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_restaged_all_replays_many_changes_of_one_schedule_at_once(seed):
+    """``restaged_all``: the changed stages of many schedules in one replay; each one's peaks
+    equal a full simulation's (``_changed``'s changes of one random schedule)."""
+    rng = np.random.default_rng(seed)
+    for graph in (remat.graphs.random_dag(16, seed=seed), remat.graphs.unet(2), skip()):
+        R, S = _random_schedule(graph, rng)
+        peaks = simulate(graph, R, S).stage_peaks(graph.size)
+        changed, full = [], []
+        while len(changed) < 12:
+            R2, S2 = _changed(graph, R, S, rng)
+            try:
+                full.append(simulate(graph, R2, S2).stage_peaks(graph.size))
+            except InvalidScheduleError:
+                continue
+            changed.append((R2, S2))
+        found = restaged_all(graph, changed, (R, S, peaks))
+        assert len(found) == len(full)
+        assert all(np.array_equal(f, p) for f, p in zip(found, full))
+        assert restaged_all(graph, [], (R, S, peaks)) == []
+
+
+def _changed(graph, R, S, rng):
+    """(R, S) changed in R alone, in a run of stages of one value, or by a computed copy made
+    resident and kept (not always valid)."""
+    R2, S2 = R.copy(), S.copy()
+    s, v = sorted(rng.integers(0, graph.size, 2))
+    end = min(graph.size, s + int(rng.integers(1, 4)))
+    copies = np.argwhere(R[1:-1] & (R[:-2] | S[:-2]) & ~S[1:-1])  # computed in t-1 too
+    kind = rng.integers(3)
+    if kind == 0:
+        R2[s, v] = not R2[s, v]
+    elif kind == 1 or not len(copies):
+        S2[s:end, v] = rng.random() < 0.5
+    else:  # a value computed again made resident and kept
+        s, v = copies[rng.integers(len(copies))]
+        S2[s + 1:s + 3, v] = True
+    return R2, S2

@@ -149,19 +149,29 @@ def stage_peaks(graph: RematGraph, R: np.ndarray, S: np.ndarray,
     that change a few stages of a valid schedule at a time; it checks the reads of those
     stages only (an error names a stage by its place in ``rows``), not the structural rules
     (``check_shape``)."""
-    size = graph.size
-    rows = np.arange(size) if rows is None else np.asarray(rows, dtype=int)
-    keep = np.zeros((len(rows), size), dtype=bool)
-    inside = rows + 1 < size
+    rows = np.arange(graph.size) if rows is None else np.asarray(rows, dtype=int)
+    return _peaks_of(graph, *_stages(graph, R, S, rows))
+
+
+def _stages(graph: RematGraph, R: np.ndarray, S: np.ndarray,
+            rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stages ``rows`` of (R, S) alone: their rows of R and S and what each keeps."""
+    keep = np.zeros((len(rows), graph.size), dtype=bool)
+    inside = rows + 1 < graph.size
     keep[inside] = S[rows[inside] + 1]
-    sub = S[rows]
-    events = replay(graph, R[rows], sub, keep, 0.0)
+    return R[rows], S[rows], keep
+
+
+def _peaks_of(graph: RematGraph, R: np.ndarray, S: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The peak of each stage given alone (``_stages``; rows of any schedules): replayed
+    together, each from its own start."""
+    events = replay(graph, R, S, keep, 0.0)
     # replay runs the rows on from one another: row k starts where row k - 1 ended, at
     # what it keeps; move each row to its own start, static memory and S[t]
-    held, kept = sub @ graph.mem, keep @ graph.mem
+    held, kept = _row_sums(S, graph.mem), _row_sums(keep, graph.mem)
     ran_from = np.concatenate(([0.0], np.cumsum(kept - held)[:-1]))
     shift = graph.static_mem + held - ran_from
-    peaks = np.zeros(len(rows))
+    peaks = np.zeros(len(S))
     computes = np.flatnonzero(events.compute)  # in the order of rows
     if computes.size:
         stage = events.stage[computes]
@@ -171,18 +181,42 @@ def stage_peaks(graph: RematGraph, R: np.ndarray, S: np.ndarray,
     return peaks
 
 
+def _row_sums(matrix: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``matrix @ weights`` for a bool matrix, over its nonzeros only (bool rows made float
+    first cost more than the replay itself for a hundred rows of a 1001-node graph)."""
+    index = np.flatnonzero(matrix)
+    size = matrix.shape[1]
+    return np.bincount(index // size, weights=weights[index % size], minlength=len(matrix))
+
+
 def restaged(graph: RematGraph, R: np.ndarray, S: np.ndarray, was: tuple) -> np.ndarray:
     """The stage peaks of (R, S) (``stage_peaks``), where ``was`` is (R, S, stage peaks) of a
     schedule it differs from in a few stages: only the stages whose R, S or next S (what the
     stage keeps) changed are replayed."""
+    return restaged_all(graph, [(R, S)], was)[0]
+
+
+def restaged_all(graph: RematGraph, schedules: list[tuple[np.ndarray, np.ndarray]],
+                 was: tuple) -> list[np.ndarray]:
+    """``restaged`` of each schedule (R, S), all changed stages replayed at once (a local
+    search's moves: one replay, not one per move)."""
     R_was, S_was, peaks = was
-    moved = (S != S_was).any(axis=1)
-    changed = moved | (R != R_was).any(axis=1)
-    changed[:-1] |= moved[1:]
-    rows = np.flatnonzero(changed)
-    peaks = peaks.copy()
-    peaks[rows] = stage_peaks(graph, R, S, rows)
-    return peaks
+    rows, parts = [], []
+    for R, S in schedules:
+        moved = (S != S_was).any(axis=1)
+        changed = moved | (R != R_was).any(axis=1)
+        changed[:-1] |= moved[1:]
+        rows.append(np.flatnonzero(changed))
+        parts.append(_stages(graph, R, S, rows[-1]))
+    if not parts:
+        return []
+    found = _peaks_of(graph, *(np.concatenate(p) for p in zip(*parts)))
+    ends = np.cumsum([len(r) for r in rows])
+    result = []
+    for k, changed in enumerate(rows):
+        result.append(peaks.copy())
+        result[-1][changed] = found[ends[k] - len(changed):ends[k]]
+    return result
 
 
 def compute_cost(graph: RematGraph, R: np.ndarray) -> float:

@@ -25,25 +25,33 @@ stage's peak:
 Each step takes the move that lowers (peak, total overshoot of the budget) most, or (for
 retention, ``cheap``) the one that adds the least cost per byte of overshoot removed; where no
 single move helps, the best pair (any first move at the worst stage, then the best after it).
-Every schedule is ``tighten``-ed and priced by the simulator: a move's by replaying only the
-stages it changed (``simulate.restaged``), the whole simulation where asked for
+Every schedule is ``tighten``-ed (a move's from the schedule it moves, ``rs.tighten``'s
+``base``) and priced by the simulator: a move's by replaying only the stages it changed, those
+of ``BATCH`` moves at once (``simulate.restaged_all``), the whole simulation where asked for
 (``Point.sim``).
 """
 from __future__ import annotations
 
 import math
 from functools import cached_property
+from itertools import islice
 from typing import Iterator
 
 import numpy as np
 
 from remat.graph.core import RematGraph
 from remat.schedule.rs import tighten
-from remat.schedule.simulate import Simulation, compute_cost, restaged, simulate
+from remat.schedule.simulate import (Simulation, compute_cost, restaged, restaged_all,
+                                     simulate)
 from remat.solvers.base import past
 
 STAGES = 4
 """Stages over the budget, worst first, whose moves one step tries."""
+BATCH = 8
+"""Moves priced together (``Point.moved``): their changed stages in one replay. Descents from
+the lowest baseline at 10% of the budget range (one-off, bench/results/fast_notes.md, session
+41): gpt2 at op level 1.1-1.3 s one move at a time, 0.6 s by 8, 0.6-0.7 by 16; random_dag(250)
+4.4-4.9, 3.1-3.6, 4.3-4.5 s (larger batches replay more rows at once than the cache holds)."""
 TOLERANCE = 1e-9
 """``fits`` leaves a peak this close to the budget (relative) to ``simulate``: stage peaks
 replayed apart add bytes that are not whole numbers in another order."""
@@ -72,16 +80,37 @@ class Point:
 
     def __init__(self, graph: RematGraph, S: np.ndarray, budget: float,
                  base: "Point | None" = None):
-        self.graph = graph
-        self.R, self.S = tighten(graph, S, None if base is None else (base.R, base.S))
+        R, S = tighten(graph, S, None if base is None else (base.R, base.S))
         if base is None:
-            self.sim = simulate(graph, self.R, self.S)
-            self.peaks = self.sim.stage_peaks(graph.size)
+            self.sim = simulate(graph, R, S)
+            peaks = self.sim.stage_peaks(graph.size)
         else:
-            self.peaks = restaged(graph, self.R, self.S, (base.R, base.S, base.peaks))
-        self.cost = compute_cost(graph, self.R)
-        over = np.maximum(self.peaks - budget, 0.0).sum()
-        self.score = (_peak(graph, self.peaks), float(over))
+            peaks = restaged(graph, R, S, (base.R, base.S, base.peaks))
+        self._priced(graph, R, S, peaks, budget)
+
+    @classmethod
+    def moved(cls, graph: RematGraph, base: "Point", moves: Iterator[np.ndarray],
+              budget: float, deadline: float | None) -> Iterator["Point"]:
+        """The points of ``moves`` (S matrices) from ``base``, ``BATCH`` at a time: each
+        tightened from it, their changed stages replayed at once; none once ``deadline``
+        passes."""
+        moves = iter(moves)
+        while not past(deadline):
+            batch = [tighten(graph, S, (base.R, base.S)) for S in islice(moves, BATCH)]
+            if not batch:
+                return
+            for (R, S), peaks in zip(batch, restaged_all(graph, batch,
+                                                         (base.R, base.S, base.peaks))):
+                point = cls.__new__(cls)
+                point._priced(graph, R, S, peaks, budget)
+                yield point
+
+    def _priced(self, graph: RematGraph, R: np.ndarray, S: np.ndarray, peaks: np.ndarray,
+                budget: float) -> None:
+        self.graph, self.R, self.S, self.peaks = graph, R, S, peaks
+        self.cost = compute_cost(graph, R)
+        over = np.maximum(peaks - budget, 0.0).sum()
+        self.score = (_peak(graph, peaks), float(over))
 
     @cached_property
     def sim(self) -> Simulation:
@@ -140,10 +169,7 @@ def _best_step(graph: RematGraph, base: Point, point: Point, budget: float, rank
     (None, None) if none ranks."""
     best, least = None, None
     for t in point.worst(budget, STAGES):
-        for S in _moves(graph, point, t):
-            if past(deadline):
-                return best, least
-            found = Point(graph, S, budget, point)
+        for found in Point.moved(graph, point, _moves(graph, point, t), budget, deadline):
             key = rank(base, found)
             if key is not None and (least is None or key < least):
                 best, least = found, key
