@@ -521,7 +521,7 @@ def _hold_repeats(plan: "Plan", budget: float, R: np.ndarray, S: np.ndarray,
         S_try[before + 1:t + 1, v] = moved = True
     if not moved:
         return None
-    R_try, S_try = tighten(plan.graph, S_try)
+    R_try, S_try = tighten(plan.graph, S_try, (R, S))
     sim = plan.price(R_try, S_try)
     if sim.peak_memory > budget:
         return None
