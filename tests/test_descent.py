@@ -268,3 +268,31 @@ def test_descent_priced_by_changed_stages_is_the_descent_priced_whole(monkeypatc
             point = descend(graph, S, budget, time.perf_counter() + 30, cheap=cheap)
             ends.append((cheap, point.fits(budget), point.S.tobytes(), point.cost))
     assert ends[:2] == ends[2:] and ends[0][1]
+
+
+def test_a_drop_frees_a_value_up_to_the_next_stage_that_reads_it():
+    """``_dropped`` (the drop, trade and release moves' first half) on every resident cell
+    of random schedules, against its definition stage by stage: v is freed from stage t on
+    while it is resident, up to and including the first stage whose computations read it;
+    the stage returned is the last one freed (t where v is not resident at t)."""
+    import numpy as np
+
+    from remat.schedule.rs import tighten
+    from remat.solvers.descent import _dropped
+
+    rng = np.random.default_rng(0)
+    for seed in range(4):
+        graph = remat.graphs.random_dag(14, seed=seed)
+        size = graph.size
+        R, S = tighten(graph, np.tril(rng.random((size, size)) < 0.3, -1))
+        for t in range(size):
+            for v in range(size):
+                expected, reader = S.copy(), t
+                for u in range(t, size):
+                    if not S[u, v]:
+                        break
+                    expected[u, v], reader = False, u
+                    if any(R[u, k] for k in graph.users[v]):
+                        break
+                found, found_reader = _dropped(graph, R, S, t, v)
+                assert np.array_equal(found, expected) and found_reader == reader, (t, v)

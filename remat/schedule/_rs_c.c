@@ -19,8 +19,9 @@
  *   the rows of R next to the rows of S that changed (row t depends only on S[t] and
  *   S[t + 1]) and the columns of S of the values whose column of R changed and of their
  *   inputs (column v depends only on v's column of R and its users'; users_*: each node's
- *   users as int64 CSR). Returns True, or False where S keeps a value at or after its own
- *   stage or a read comes before any computation (R and S_out are then unspecified).
+ *   users as int64 CSR, trusted as ``indptr`` is). Returns True, or False where a row of S
+ *   that differs from S_out keeps a value at or after its own stage, or a read comes before
+ *   any computation (R and S_out are then unspecified).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -196,7 +197,7 @@ static void clear(Set *set) {
  * and S stay in cache): each value resident from the event before each read of it (a stage
  * that computes a user of it but not the value itself) up to that read. The stages where a
  * column changed go to ``moved``; 0 where a read comes before any computation. ``old``
- * holds n bytes per column, ``last`` n values. */
+ * holds n bytes per column (stage-major), ``last`` n values. */
 static int s_columns(const uint8_t *R, uint8_t *S, Py_ssize_t n, const Set *columns,
                      const int64_t *users_indptr, const int64_t *users_indices,
                      uint8_t *old, int64_t *last, Set *moved) {
@@ -204,7 +205,7 @@ static int s_columns(const uint8_t *R, uint8_t *S, Py_ssize_t n, const Set *colu
     const int64_t *column = columns->list;
     for (Py_ssize_t t = 0; t < n; t++)
         for (Py_ssize_t k = 0; k < count; k++) {
-            old[k * n + t] = S[t * n + column[k]];
+            old[t * count + k] = S[t * n + column[k]];
             S[t * n + column[k]] = 0;
         }
     for (Py_ssize_t k = 0; k < count; k++) last[k] = -2;  /* -2: not computed yet */
@@ -227,7 +228,7 @@ static int s_columns(const uint8_t *R, uint8_t *S, Py_ssize_t n, const Set *colu
     }
     for (Py_ssize_t t = 0; t < n; t++)
         for (Py_ssize_t k = 0; k < count; k++)
-            if (old[k * n + t] != S[t * n + column[k]]) {
+            if (old[t * count + k] != S[t * n + column[k]]) {
                 add(moved, t);
                 break;
             }
@@ -300,7 +301,10 @@ static PyObject *tighten_from(PyObject *self, PyObject *args) {
                           &a.indices, &users_indptr, &users_indices))
         return NULL;
     PyObject *result = NULL;
-    if (sized(&a) && out.len == a.first.len) {
+    const int64_t *users = users_indptr.buf;
+    if (sized(&a) && out.len == a.first.len &&
+            users_indptr.len == (a.size + 1) * (Py_ssize_t)sizeof(int64_t) &&
+            users[a.size] * (Py_ssize_t)sizeof(int64_t) == users_indices.len) {
         Py_ssize_t n = a.size, m = n > 0 ? n : 1;
         Set sets[SETS];
         int64_t *lists = malloc(SETS * m * sizeof(int64_t));
@@ -320,7 +324,7 @@ static PyObject *tighten_from(PyObject *self, PyObject *args) {
         free(lists), free(marks), free(old), free(columns_old), free(stack), free(kept);
         free(last);
     } else if (!PyErr_Occurred()) {
-        PyErr_SetString(PyExc_ValueError, "S, R and S_out of T x T bytes");
+        PyErr_SetString(PyExc_ValueError, "S, R and S_out of T x T bytes, users of T + 1 rows");
     }
     release(&a);
     PyBuffer_Release(&out);

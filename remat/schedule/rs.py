@@ -112,9 +112,9 @@ def _s_from_r(graph: RematGraph, R: np.ndarray) -> np.ndarray:
 def tighten(graph: RematGraph, S, base: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Alternate ``cheapest_r`` and ``s_from_r`` to a fixed point; returns (R, S).
 
-    ``base``: (R, S) that ``tighten`` returned for a schedule ``S`` differs from in a few rows
-    (a local search's move). In C the same fixed point is then reached deriving again only
-    what can change (``_tighten_from``)."""
+    ``base``: (R, S) that ``tighten`` returned, on this graph, for a schedule ``S`` differs
+    from in a few rows (a local search's move); not checked. In C the same fixed point is
+    then reached deriving again only what can change (``_tighten_from``)."""
     if base is not None and COMPILED:
         return _tighten_from(graph, as_matrix(graph, S, "S"), base)
     R = cheapest_r(graph, S)
@@ -132,7 +132,7 @@ def _tighten_from(graph: RematGraph, S: np.ndarray,
     ``cheapest_r`` depends only on rows t and t + 1 of S, and column v of ``s_from_r`` only
     on the columns of R of v and its users, so each step derives again only what the step
     before changed. Where S breaks a rule, ``tighten`` itself says which."""
-    R, S_out = base[0].copy(), base[1].copy()
+    R, S_out = np.array(base[0], dtype=bool), np.array(base[1], dtype=bool)
     if _rs_c.tighten_from(np.ascontiguousarray(S), R, S_out, *graph.dep_edges,
                           *graph.user_edges):
         return R, S_out

@@ -92,11 +92,15 @@ class Point:
     def moved(cls, graph: RematGraph, base: "Point", moves: Iterator[np.ndarray],
               budget: float, deadline: float | None) -> Iterator["Point"]:
         """The points of ``moves`` (S matrices) from ``base``, ``BATCH`` at a time: each
-        tightened from it, their changed stages replayed at once; none once ``deadline``
-        passes."""
+        tightened from it, their changed stages replayed at once; no move is tightened once
+        ``deadline`` passes."""
         moves = iter(moves)
-        while not past(deadline):
-            batch = [tighten(graph, S, (base.R, base.S)) for S in islice(moves, BATCH)]
+        while True:
+            batch = []
+            for S in islice(moves, BATCH):
+                if past(deadline):
+                    break
+                batch.append(tighten(graph, S, (base.R, base.S)))
             if not batch:
                 return
             for (R, S), peaks in zip(batch, restaged_all(graph, batch,
