@@ -251,8 +251,9 @@ def test_auto_gives_the_time_left_to_the_least_peak_when_nothing_fits():
 
 def test_descent_priced_by_changed_stages_is_the_descent_priced_whole(monkeypatch):
     """A move's point replays only the stages that differ from the point it moves from
-    (``simulate.restaged``); with every stage replayed instead, the descent takes the same
-    steps to the same schedule, cost-aware or not."""
+    (``simulate.restaged_all``, moves in batches); with every stage of each move replayed
+    alone instead, the descent takes the same steps to the same schedule, cost-aware or
+    not."""
     from remat.solvers import descent
 
     graph = remat.graphs.random_dag(30, seed=1)
@@ -262,8 +263,9 @@ def test_descent_priced_by_changed_stages_is_the_descent_priced_whole(monkeypatc
     ends = []
     for whole in (False, True):
         if whole:
-            monkeypatch.setattr(descent, "restaged", lambda graph, R, S, was:
-                                sys.modules["remat.schedule.simulate"].stage_peaks(graph, R, S))
+            whole_peaks = sys.modules["remat.schedule.simulate"].stage_peaks
+            monkeypatch.setattr(descent, "restaged_all", lambda graph, schedules, was:
+                                [whole_peaks(graph, R, S) for R, S in schedules])
         for cheap in (False, True):
             point = descend(graph, S, budget, time.perf_counter() + 30, cheap=cheap)
             ends.append((cheap, point.fits(budget), point.S.tobytes(), point.cost))

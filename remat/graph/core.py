@@ -86,21 +86,13 @@ class RematGraph:
     @cached_property
     def dep_edges(self) -> tuple[np.ndarray, np.ndarray]:
         """The dependencies as arrays (CSR): node k reads ``indices[indptr[k]:indptr[k+1]]``."""
-        indptr = np.zeros(self.size + 1, dtype=np.int64)
-        indptr[1:] = np.cumsum([len(d) for d in self.deps])
-        indices = np.fromiter((d for deps in self.deps for d in deps), dtype=np.int64,
-                              count=int(indptr[-1]))
-        return indptr, indices
+        return _csr(self.deps)
 
     @cached_property
     def user_edges(self) -> tuple[np.ndarray, np.ndarray]:
         """The users as arrays (CSR, as ``dep_edges``): node k is read by
         ``indices[indptr[k]:indptr[k+1]]``, increasing."""
-        indptr = np.zeros(self.size + 1, dtype=np.int64)
-        indptr[1:] = np.cumsum([len(u) for u in self.users])
-        indices = np.fromiter((u for users in self.users for u in users), dtype=np.int64,
-                              count=int(indptr[-1]))
-        return indptr, indices
+        return _csr(self.users)
 
     def predecessors(self, node: int) -> tuple[int, ...]:
         return self.deps[node]
@@ -406,3 +398,13 @@ def _load_json(text_or_path, expected_format: str, error: type[Exception]) -> di
         found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise error(f"{origin}: expected a {expected_format!r} document, found format {found!r}")
     return doc
+
+
+def _csr(rows) -> tuple[np.ndarray, np.ndarray]:
+    """Lists of node indices as int64 arrays (indptr, indices): row k is
+    ``indices[indptr[k]:indptr[k+1]]``."""
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(row) for row in rows])
+    indices = np.fromiter((i for row in rows for i in row), dtype=np.int64,
+                          count=int(indptr[-1]))
+    return indptr, indices

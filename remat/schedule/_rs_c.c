@@ -194,7 +194,9 @@ static void clear(Set *set) {
 }
 
 /* ``s_from_r``'s columns ``columns`` of S derived again from R, stage by stage (rows of R
- * and S stay in cache): each value resident from the event before each read of it (a stage
+ * and S stay in cache; the column form of ``s_from_r``'s rule, which a whole S gets faster
+ * from the loop over computations above; tests/test_schedule.py holds the two equal through
+ * ``tighten``): each value resident from the event before each read of it (a stage
  * that computes a user of it but not the value itself) up to that read. The stages where a
  * column changed go to ``moved``; 0 where a read comes before any computation. ``old``
  * holds n bytes per column (stage-major), ``last`` n values. */

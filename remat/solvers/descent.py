@@ -41,8 +41,7 @@ import numpy as np
 
 from remat.graph.core import RematGraph
 from remat.schedule.rs import tighten
-from remat.schedule.simulate import (Simulation, compute_cost, restaged, restaged_all,
-                                     simulate)
+from remat.schedule.simulate import Simulation, compute_cost, restaged_all, simulate
 from remat.solvers.base import past
 
 STAGES = 4
@@ -50,7 +49,7 @@ STAGES = 4
 BATCH = 8
 """Moves priced together (``Point.moved``): their changed stages in one replay. Descents from
 the lowest baseline at 10% of the budget range (one-off, bench/results/fast_notes.md, session
-41): gpt2 at op level 1.1-1.3 s one move at a time, 0.6 s by 8, 0.6-0.7 by 16; random_dag(250)
+41): gpt2 at op level 1.1-1.4 s one move at a time, 0.6 s by 8, 0.6-0.7 by 16; random_dag(250)
 4.4-4.9, 3.1-3.6, 4.3-4.5 s (larger batches replay more rows at once than the cache holds)."""
 TOLERANCE = 1e-9
 """``fits`` leaves a peak this close to the budget (relative) to ``simulate``: stage peaks
@@ -74,19 +73,25 @@ def _peak(graph: RematGraph, peaks: np.ndarray) -> float:
 
 class Point:
     """A schedule (``tighten``-ed R, S), its stage peaks, cost and score: (peak, the sum over
-    stages of how far each goes over ``budget``), lower is better. From a ``base`` point only
-    the stages that differ from it are replayed; the whole simulation (``sim``) is made where
-    asked for."""
+    stages of how far each goes over ``budget``), lower is better. A start is simulated whole
+    (``start``); a move from a point replays only the stages that differ from it (``moved``);
+    the whole simulation (``sim``) is made where asked for."""
 
-    def __init__(self, graph: RematGraph, S: np.ndarray, budget: float,
-                 base: "Point | None" = None):
-        R, S = tighten(graph, S, None if base is None else (base.R, base.S))
-        if base is None:
-            self.sim = simulate(graph, R, S)
-            peaks = self.sim.stage_peaks(graph.size)
-        else:
-            peaks = restaged(graph, R, S, (base.R, base.S, base.peaks))
-        self._priced(graph, R, S, peaks, budget)
+    def __init__(self, graph: RematGraph, R: np.ndarray, S: np.ndarray, peaks: np.ndarray,
+                 budget: float):
+        self.graph, self.R, self.S, self.peaks = graph, R, S, peaks
+        self.cost = compute_cost(graph, R)
+        over = np.maximum(peaks - budget, 0.0).sum()
+        self.score = (_peak(graph, peaks), float(over))
+
+    @classmethod
+    def start(cls, graph: RematGraph, S: np.ndarray, budget: float) -> "Point":
+        """The point of schedule ``S``, tightened and simulated whole."""
+        R, S = tighten(graph, S)
+        sim = simulate(graph, R, S)
+        point = cls(graph, R, S, sim.stage_peaks(graph.size), budget)
+        point.sim = sim
+        return point
 
     @classmethod
     def moved(cls, graph: RematGraph, base: "Point", moves: Iterator[np.ndarray],
@@ -105,16 +110,7 @@ class Point:
                 return
             for (R, S), peaks in zip(batch, restaged_all(graph, batch,
                                                          (base.R, base.S, base.peaks))):
-                point = cls.__new__(cls)
-                point._priced(graph, R, S, peaks, budget)
-                yield point
-
-    def _priced(self, graph: RematGraph, R: np.ndarray, S: np.ndarray, peaks: np.ndarray,
-                budget: float) -> None:
-        self.graph, self.R, self.S, self.peaks = graph, R, S, peaks
-        self.cost = compute_cost(graph, R)
-        over = np.maximum(peaks - budget, 0.0).sum()
-        self.score = (_peak(graph, peaks), float(over))
+                yield cls(graph, R, S, peaks, budget)
 
     @cached_property
     def sim(self) -> Simulation:
@@ -142,7 +138,7 @@ def descend(graph: RematGraph, S: np.ndarray, budget: float, deadline: float | N
     order, 12 s), where scored against that budget it stops 8.6% above it (19247568 B)."""
     rank = _by_cost if cheap else _by_score
     enough = budget if enough is None else max(budget, enough)
-    point = Point(graph, S, budget)
+    point = Point.start(graph, S, budget)
     while not point.fits(enough) and not past(deadline):
         step, _ = _best_step(graph, point, point, budget, rank, deadline)
         if step is None:
@@ -185,11 +181,9 @@ def _best_pair(graph: RematGraph, point: Point, budget: float, rank,
     """Two moves: any at the worst stage, then the best (``_best_step``) after it; the best
     pair, ranked against ``point``."""
     best, least = None, None
-    for S in _moves(graph, point, point.worst(budget, 1)[0]):
-        if past(deadline):
-            break
-        found, key = _best_step(graph, point, Point(graph, S, budget, point), budget, rank,
-                                deadline)
+    first_moves = _moves(graph, point, point.worst(budget, 1)[0])
+    for first in Point.moved(graph, point, first_moves, budget, deadline):
+        found, key = _best_step(graph, point, first, budget, rank, deadline)
         if key is not None and (least is None or key < least):
             best, least = found, key
     return best
