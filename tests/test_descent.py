@@ -199,10 +199,10 @@ def test_auto_below_the_floor_reports_a_budget_it_can_meet_without_milp():
 
 
 def test_auto_says_when_finding_no_schedule_proves_nothing():
-    """random_dag(20, seed=1), 15% of the way from its pebbling floor to checkpoint-all's peak:
-    above the floor, yet retention and milp find no schedule (none in 90 s each, one-off) and
-    nothing proves that none exists. auto says so: not proven infeasible, a reason, and the
-    error message says so too."""
+    """random_dag(20, seed=1), 3% of the way from its pebbling floor to checkpoint-all's peak:
+    above the floor, yet auto finds no schedule in 4 s (at 15% it does since the floor sees
+    the stages: 31 MiB -> 35.5 MiB) and nothing proves that none exists. auto says so: not
+    proven infeasible, a reason, and the error message says so too."""
     import pytest
 
     from remat.schedule.budget import checkpoint_all_peak
@@ -211,7 +211,7 @@ def test_auto_says_when_finding_no_schedule_proves_nothing():
     graph = remat.graphs.random_dag(20, seed=1)
     floor = peak_floor(graph, None)
     assert floor.exact
-    budget = floor.value + 0.15 * (checkpoint_all_peak(graph) - floor.value)
+    budget = floor.value + 0.03 * (checkpoint_all_peak(graph) - floor.value)
     sol = solver("auto")(graph, budget, SolveOptions(time_limit=4))
     assert not sol.feasible and not sol.proven_infeasible
     assert sol.details["reason"] and "milp" in sol.details["tried"]

@@ -499,8 +499,8 @@ def _none_found(graph: RematGraph, budget: float, min_budget: float | None,
                 results: list[Solution], elapsed: float) -> Solution:
     """No method found a schedule: proven infeasible only where an exact method proved it
     (milp's model infeasible, or the budget below the least peak); otherwise ``reason`` says
-    it proves nothing (random_dag(20, seed=1) 15% of the way from its pebbling floor to
-    checkpoint-all's peak: retention and milp find nothing in 20 s, and no proof either)."""
+    it proves nothing (random_dag(20, seed=1) 3% of the way from its pebbling floor to
+    checkpoint-all's peak: nothing found in 4 s, and no proof either)."""
     tried = [r.method for r in results]
     if any(r.proven_infeasible for r in results):
         return Solution.infeasible(graph, "auto", budget, min_budget, solve_time=elapsed,

@@ -13,6 +13,24 @@ any number of times; every schedule computes every node, so ``static + max_t F(t
 lower bound on its peak. The exhaustive search (tests/exhaustive.py) never finds a smaller
 peak (tests/test_peak_floor.py).
 
+The stages make the walk back longer. A schedule computes node t for the first time at the
+end of stage t (``R[t, i] = 0`` for i > t, and a stage computes in index order, so node t
+comes last in it), and never before. So going back from any moment, the walk meets the end
+of each earlier stage j: node j computed with its inputs alive and the whole set alive too
+(each of its values was computed before and is read after), so memory was at least
+``static + m(A - j + deps(j)) + m_j + w_j``, and the walk goes on from ``A - j + deps(j)``
+whether A held j or not. Between two stage ends, the values the walk takes from the set were
+computed in one stage, in index order: each is below the one taken before it. The least
+largest memory over such walks, G(t), is at least F(t) (drop the stage ends where A does not
+hold j: what is left is a walk of F's, over subsets), and ``static + max_t G(t)`` bounds the
+peak the same way; ``_staged`` searches it. Where this matters: GPT-2 at op level (129
+nodes), the backward of the second block's attention scores (node 80) is computed last in
+its stage, with what the stages after it read still alive: 1708032 -> 1835008 B above static
+(2844680 -> 2971656 B in all), which proves its 20% budget (2962850 B) infeasible, where no
+search had found a schedule either; random_dag(11) 28 -> 29 MiB, the least peak the descent
+finds, so ``min_budget`` is proven there at once. The exhaustive least peak of tiny graphs is
+never below it (tests/test_peak_floor.py).
+
 F(t) is a bottleneck shortest path over sets (bit masks), found by a best-first search that
 pops sets in increasing order of "the largest memory so far", raised by ``max F(a)`` over the
 set's values (no path through the set can do better: making any one value alive is part of
@@ -22,8 +40,10 @@ A set popped at a key no smaller than the best key of a set one value smaller is
 smaller set that holds at each step a subset of what it holds. On plateaus (many sets at the
 same key) this is most of the search: random_dag(22), seed 2, exact in 0.68 s (50.5 s
 without it); the exact values of 60 random DAGs of 10-26 nodes are unchanged by it.
-The search is cut after a number of sets (``FIRST_STATES``, four times more on each pass
-while time is left); a cut search still proves the value it popped last, so the bound holds
+Each pass searches every open value by pebbling alone (``_bottleneck``), then with the
+stages (``_staged``, the same search over states of a set and where in the stages it is). A
+search is cut after a number of sets (``FIRST_STATES``, four times more on each pass while
+time is left); a cut search still proves the value it popped last, so the bound holds
 whenever it stops. Only the largest F counts, so later passes take the cut values largest
 first and drop those that one path (``_upper``) keeps at or below it. ``peak_floor`` caches
 its result per graph.
@@ -140,27 +160,36 @@ def _search(graph: RematGraph, time_limit: float | None) -> PeakFloor:
     own = [float(m) + float(w) for m, w in zip(graph.mem, graph.workspace)]
     inputs = [sum(1 << d for d in graph.deps[v]) for v in range(graph.size)]
     floor = [0.0] * graph.size
-    todo, cap = list(range(graph.size)), FIRST_STATES
-    while todo and not past(deadline):
-        cut = []
-        for k, t in enumerate(todo):
-            value, done = _bottleneck(t, mem, own, inputs, floor, cap, deadline)
-            floor[t] = max(floor[t], value)
-            if not done:
-                cut.append(t)
-            if past(deadline):
-                cut += todo[k + 1:]
-                break
-        # only the largest F counts: a value some path keeps at or below it is done
-        most = max(floor, default=0.0)
-        still_open = (t for t in cut if _upper(t, mem, own, inputs) > most)
-        if past(deadline):  # no next pass: exact unless one value is open
-            todo = list(itertools.islice(still_open, 1))
-            break
-        todo = sorted(still_open, key=lambda t: -floor[t])
+    todo = {search: list(range(graph.size)) for search in (_bottleneck, _staged)}
+    cap = FIRST_STATES
+    while any(todo.values()) and not past(deadline):
+        for search, targets in todo.items():
+            cut = _pass(search, targets, cap, (mem, own, inputs, floor), deadline)
+            # only the largest F counts: a value some path keeps at or below it is done
+            most = max(floor, default=0.0)
+            still_open = (t for t in cut if _upper(t, mem, own, inputs) > most)
+            if past(deadline):  # no next pass: exact unless one value is open
+                todo[search] = list(itertools.islice(still_open, 1))
+            else:
+                todo[search] = sorted(still_open, key=lambda t: -floor[t])
         cap *= 4
     value = max(peak_lower_bound(graph), graph.static_mem + max(floor, default=0.0))
-    return PeakFloor(value, not todo, time.perf_counter() - began)
+    return PeakFloor(value, not any(todo.values()), time.perf_counter() - began)
+
+
+def _pass(search, targets: list[int], cap: int, data: tuple, deadline: float | None) -> list[int]:
+    """Search each target for at most ``cap`` sets, raising ``floor`` (the last of ``data``) in
+    place; the targets whose search was cut (all those not reached by ``deadline`` too)."""
+    floor = data[-1]
+    cut = []
+    for k, t in enumerate(targets):
+        if past(deadline):
+            return cut + targets[k:]
+        value, done = search(t, *data, cap, deadline)
+        floor[t] = max(floor[t], value)
+        if not done:
+            cut.append(t)
+    return cut
 
 
 def _bottleneck(target: int, mem: list[float], own: list[float], inputs: list[int],
@@ -193,6 +222,63 @@ def _bottleneck(target: int, mem: list[float], own: list[float], inputs: list[in
                     best[before] = step
                     heapq.heappush(heap, (step, before, before_mem))
     return math.inf, True  # cannot happen: the empty set is always reachable
+
+
+def _staged(target: int, mem: list[float], own: list[float], inputs: list[int],
+            floor: list[float], cap: int, deadline: float | None) -> tuple[float, bool]:
+    """(G(target), True), or a lower bound on it and False when cut: ``_bottleneck``'s search
+    with the stages of a schedule in view (module docstring). A state is (set, last, below):
+    the set alive, within stage ``last + 1``, whose computations before this moment are
+    below index ``below``; node ``last`` ends the stage before. The target is the last
+    computation of its stage, with its inputs alive."""
+    start = (inputs[target], target - 1, _below(inputs[target], target))
+    start_mem = _mem(start[0], mem)
+    first = max(start_mem + own[target], _largest(start[0], floor))
+    heap, best, popped = [(first, start, start_mem)], {start: first}, 0
+    while heap:
+        key, state, alive_mem = heapq.heappop(heap)
+        alive, last, below = state
+        if key > best[state]:
+            continue  # a better path reached this state since
+        if not alive:
+            return key, True
+        if any(best.get(_without(state, a), math.inf) <= key for a in _bits(alive)):
+            continue  # dominated, as in ``_dominated``
+        popped += 1
+        if popped > cap or (not popped % 64 and past(deadline)):
+            return key, False
+        for a, before, stage_end in _steps(alive, last, below, inputs):
+            before_mem = alive_mem - mem[a] * (alive >> a & 1) + _mem(inputs[a] & ~alive, mem)
+            step = max(key, before_mem + own[a])
+            state = (before, last - stage_end, _below(before, a))
+            if step < best.get(state, math.inf):
+                step = max(step, _largest(before, floor))
+                if step < best.get(state, math.inf):
+                    best[state] = step
+                    heapq.heappush(heap, (step, state, before_mem))
+    return math.inf, True  # cannot happen: the empty set is always reachable
+
+
+def _steps(alive: int, last: int, below: int, inputs: list[int]):
+    """One step back in time: (node computed, the set alive before it, whether it is the end
+    of the stage before). A value of the set computed earlier in this stage (below the
+    computation after it), or node ``last``, which ends the stage before: alive with it are
+    its inputs and the whole set, whether the set holds it or not."""
+    for a in _bits(alive & ((1 << below) - 1)):
+        yield a, (alive & ~(1 << a)) | inputs[a], False
+    if last >= 0:
+        yield last, (alive & ~(1 << last)) | inputs[last], True
+
+
+def _below(alive: int, below: int) -> int:
+    """``below`` as one key: above the set's highest value it allows nothing more."""
+    return min(below, alive.bit_length())
+
+
+def _without(state: tuple, a: int) -> tuple:
+    alive, last, below = state
+    smaller = alive & ~(1 << a)
+    return smaller, last, _below(smaller, below)
 
 
 def _dominated(alive: int, key: float, best: dict) -> bool:
