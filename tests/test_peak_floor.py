@@ -258,3 +258,21 @@ def test_min_budget_stops_the_descent_at_a_peak_low_enough():
     plain, below = (min_budget(small, SolveOptions(time_limit=5), exact=False, enough=e)
                     for e in (None, 1.0))
     assert (below.peak_memory, below.status) == (plain.peak_memory, plain.status)
+
+
+def test_a_floor_just_above_the_budget_is_said_in_bytes():
+    """gpt2 at op level, 20%: the budget (2962850 B) and the floor (2971656 B) both read 2.83
+    MiB; the message says the bytes, so it does not read "peaks below" the budget itself."""
+    from remat.solvers.api import _infeasible_message
+
+    graph = remat.graphs.linear(4)
+    sol = remat.Solution.infeasible(graph, "auto", 2962849.6, 3229614.0, proven=True,
+                                    floor=2971656.0)
+    message = _infeasible_message("auto", "20%", 2962849.6, sol)
+    assert "budget '20%' (2962850 B)" in message
+    assert "peaks below 2971656 B (proven)" in message
+    assert "smallest budget it can meet is 3.08 MiB" in message
+    apart = remat.Solution.infeasible(graph, "auto", 2 * 2**20, None, proven=True,
+                                      floor=3 * 2**20)
+    assert "(2.00 MiB). No schedule of this graph peaks below 3.00 MiB (proven)" in \
+        _infeasible_message("auto", "2MiB", 2 * 2**20, apart)

@@ -39,16 +39,18 @@ def _infeasible_message(method: str, budget, budget_bytes: float, result: Soluti
         f"; the smallest budget it can meet is {format_bytes(result.min_budget)}"
     hint = "Raise the budget." if method in ("milp", "auto") else \
         "Raise the budget or try method='milp'."
+    shown = format_bytes(budget_bytes)
     if result.details.get("floor") is not None:
-        hint = f"No schedule of this graph peaks below {format_bytes(result.details['floor'])} " \
-               "(proven). Raise the budget."
+        floor = format_bytes(result.details["floor"])
+        if floor == shown:  # so close that two decimals read the same: say the bytes
+            floor, shown = f"{result.details['floor']:.0f} B", f"{budget_bytes:.0f} B"
+        hint = f"No schedule of this graph peaks below {floor} (proven). Raise the budget."
     elif result.proven_infeasible:
         hint = "No schedule fits this budget (proven). Raise the budget."
     elif result.details.get("reason"):
         hint = f"({result.details['reason']}: infeasibility is not proven; raise time_limit " \
                "or the budget.)"
-    return (f"method {method!r} finds no schedule within budget {budget!r} "
-            f"({format_bytes(budget_bytes)}){need}. {hint}")
+    return f"method {method!r} finds no schedule within budget {budget!r} ({shown}){need}. {hint}"
 
 
 def format_bytes(value: float) -> str:
