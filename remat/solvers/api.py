@@ -1,6 +1,8 @@
 """``remat.solve``: the user-facing entry point over the registry."""
 from __future__ import annotations
 
+import math
+
 from remat.errors import InfeasibleBudgetError
 from remat.graph.core import RematGraph
 from remat.schedule.budget import parse_budget
@@ -42,8 +44,8 @@ def _infeasible_message(method: str, budget, budget_bytes: float, result: Soluti
     shown = format_bytes(budget_bytes)
     if result.details.get("floor") is not None:
         floor = format_bytes(result.details["floor"])
-        if floor == shown:  # so close that two decimals read the same: say the bytes
-            floor, shown = f"{result.details['floor']:.0f} B", f"{budget_bytes:.0f} B"
+        if floor == shown:  # so close that two decimals read the same: say the bytes, both
+            floor, shown = (f"{math.floor(b)} B" for b in (result.details["floor"], budget_bytes))
         hint = f"No schedule of this graph peaks below {floor} (proven). Raise the budget."
     elif result.proven_infeasible:
         hint = "No schedule fits this budget (proven). Raise the budget."

@@ -17,19 +17,20 @@ The stages make the walk back longer. A schedule computes node t for the first t
 end of stage t (``R[t, i] = 0`` for i > t, and a stage computes in index order, so node t
 comes last in it), and never before. So going back from any moment, the walk meets the end
 of each earlier stage j: node j computed with its inputs alive and the whole set alive too
-(each of its values was computed before and is read after), so memory was at least
-``static + m(A - j + deps(j)) + m_j + w_j``, and the walk goes on from ``A - j + deps(j)``
-whether A held j or not. Between two stage ends, the values the walk takes from the set were
-computed in one stage, in index order: each is below the one taken before it. The least
-largest memory over such walks, G(t), is at least F(t) (drop the stage ends where A does not
-hold j: what is left is a walk of F's, over subsets), and ``static + max_t G(t)`` bounds the
-peak the same way; ``_staged`` searches it. Where this matters: GPT-2 at op level (129
-nodes), the backward of the second block's attention scores (node 80) is computed last in
-its stage, with what the stages after it read still alive: 1708032 -> 1835008 B above static
-(2844680 -> 2971656 B in all), which proves its 20% budget (2962850 B) infeasible, where no
-search had found a schedule either; random_dag(11) 28 -> 29 MiB, the least peak the descent
-finds, so ``min_budget`` is proven there at once. The exhaustive least peak of tiny graphs is
-never below it (tests/test_peak_floor.py).
+(each of its values was computed before and is read after), so memory was at least ``static
++ m(A - j + deps(j)) + m_j + w_j``, and the walk goes on from ``A - j + deps(j)`` whether A
+held j or not. Between two stage ends, the values the walk takes from the set were computed
+in one stage, in index order: each is below the one taken before it. (The search also lets a
+walk skip a stage end, and stop at the empty set before the first stage: more walks, so a
+lower G, still a bound.) The least largest memory over such walks, G(t), is at least F(t)
+(drop the stage ends where A does not hold j: what is left is a walk of F's, over subsets),
+and ``static + max_t G(t)`` bounds the peak the same way; ``_staged`` searches it. Where
+this matters: GPT-2 at op level (129 nodes), the backward of the second block's attention
+scores (node 80) is computed last in its stage, with what the stages after it read still
+alive: 1708032 -> 1835008 B above static (2844680 -> 2971656 B in all), which proves its 20%
+budget (2962850 B) infeasible, where no search had found a schedule either; random_dag(11)
+28 -> 29 MiB, the least peak the descent finds, so ``min_budget`` is proven there at once.
+The exhaustive least peak of tiny graphs is never below it (tests/test_peak_floor.py).
 
 F(t) is a bottleneck shortest path over sets (bit masks), found by a best-first search that
 pops sets in increasing order of "the largest memory so far", raised by ``max F(a)`` over the
@@ -168,15 +169,18 @@ def _search(graph: RematGraph, time_limit: float | None) -> PeakFloor:
     inputs = [sum(1 << d for d in graph.deps[v]) for v in range(graph.size)]
     floor = [0.0] * graph.size
     todo = {search: list(range(graph.size)) for search in (_bottleneck, _staged)}
+    upper: dict[int, float] = {}  # _upper of each value, once
     cap = FIRST_STATES
     while any(todo.values()) and not past(deadline):
         for search, targets in todo.items():
             cut = _pass(search, targets, cap, (mem, own, inputs, floor), deadline)
             # only the largest F counts: a value some path keeps at or below it is done
             most = max(floor, default=0.0)
-            still_open = (t for t in cut if _upper(t, mem, own, inputs) > most)
+            still_open = (t for t in cut if upper.setdefault(t, _upper(t, mem, own, inputs))
+                          > most)
             if past(deadline):  # no next pass: exact unless one value is open
-                todo[search] = list(itertools.islice(still_open, 1))
+                known_open = any(todo[other] for other in todo if other is not search)
+                todo[search] = [] if known_open else list(itertools.islice(still_open, 1))
             else:
                 todo[search] = sorted(still_open, key=lambda t: -floor[t])
         cap *= 4
