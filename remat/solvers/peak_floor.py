@@ -176,8 +176,7 @@ def _search(graph: RematGraph, time_limit: float | None) -> PeakFloor:
             cut = _pass(search, targets, cap, (mem, own, inputs, floor), deadline)
             # only the largest F counts: a value some path keeps at or below it is done
             most = max(floor, default=0.0)
-            still_open = (t for t in cut if upper.setdefault(t, _upper(t, mem, own, inputs))
-                          > most)
+            still_open = _open(cut, most, upper, (mem, own, inputs), deadline)
             if past(deadline):  # no next pass: exact unless one value is open
                 known_open = any(todo[other] for other in todo if other is not search)
                 todo[search] = [] if known_open else list(itertools.islice(still_open, 1))
@@ -186,6 +185,20 @@ def _search(graph: RematGraph, time_limit: float | None) -> PeakFloor:
         cap *= 4
     value = max(peak_lower_bound(graph), graph.static_mem + max(floor, default=0.0))
     return PeakFloor(value, not any(todo.values()), time.perf_counter() - began)
+
+
+def _open(cut: list[int], most: float, upper: dict[int, float], data: tuple,
+          deadline: float | None):
+    """The values of ``cut`` that no path keeps at or below ``most`` (``_upper``, computed once
+    per value into ``upper``; past ``deadline``, a value not yet computed counts as open)."""
+    for t in cut:
+        if t not in upper:
+            if past(deadline):
+                yield t
+                continue
+            upper[t] = _upper(t, *data)
+        if upper[t] > most:
+            yield t
 
 
 def _pass(search, targets: list[int], cap: int, data: tuple, deadline: float | None) -> list[int]:
