@@ -17,12 +17,15 @@ setup: $(STAMP)
 demo: setup
 	$(VENV)/bin/remat demo
 
-# the torch-free core first, with torch made unimportable, then everything
+CORE_TESTS := tests/test_graph.py tests/test_schedule.py tests/test_baselines.py
+
+# the torch-free core first, with torch made unimportable, then the rest (the core's tests
+# import no torch either way: run once)
 test-core: setup
-	REMAT_NO_TORCH=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_graph.py tests/test_schedule.py tests/test_baselines.py
+	REMAT_NO_TORCH=1 $(PY) -m pytest -q -p no:cacheprovider $(CORE_TESTS)
 
 test: test-core
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" $(addprefix --ignore=,$(CORE_TESTS)) tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info remat/solvers/*.so remat/schedule/*.so
