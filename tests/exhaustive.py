@@ -108,17 +108,18 @@ def min_peak(graph) -> float:
     return found[1]
 
 
-def full_enumeration(graph, budget: float) -> float:
-    """Least cost over every S matrix (R = cheapest_r) priced by ``simulate``; T <= 5 only."""
+def full_enumeration(graph, budgets: list[float]) -> list[float]:
+    """Least cost within each budget over every S matrix (R = cheapest_r) priced by
+    ``simulate``; T <= 5 only."""
     size = graph.size
     cells = [(t, i) for t in range(size) for i in range(t)]
-    best = math.inf
+    best = [math.inf] * len(budgets)
     for bits in itertools.product((False, True), repeat=len(cells)):
         S = np.zeros((size, size), dtype=bool)
         for (t, i), b in zip(cells, bits):
             S[t, i] = b
         R = cheapest_r(graph, S)
         sim = simulate(graph, R, S)
-        if sim.peak_memory <= budget:
-            best = min(best, sim.compute_cost)
+        best = [min(cost, sim.compute_cost) if sim.peak_memory <= budget else cost
+                for cost, budget in zip(best, budgets)]
     return best
