@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import gc
 from collections import Counter
 
 import pytest
@@ -150,7 +149,6 @@ def measured_step(step, model, inputs, seed):
     baseline, so the peak compares with the prediction (static memory + values)."""
     from remat.runtime.memory import StorageTracker
 
-    gc.collect()
     torch.manual_seed(seed)
     with StorageTracker() as tracker:
         unrelated = tracker.current - own_bytes(model, inputs)

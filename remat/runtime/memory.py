@@ -51,8 +51,10 @@ def _measure_cuda(fn, args, kwargs):
 class StorageTracker(TorchDispatchMode):
     """Counts live CPU storage bytes, each storage once; ``peak`` is the maximum seen.
 
-    Use as a context manager. Storages alive on entry form the baseline. Only CPU storages
-    are counted.
+    Use as a context manager. Storages alive on entry form the baseline: entry collects
+    garbage first (a full ``gc.collect``, so a caller need not; with many objects alive it is
+    the larger part of entering: 0.35 s in the test run), so that dead tensors are not
+    counted. Only CPU storages are counted.
     """
 
     def __init__(self):
