@@ -62,7 +62,12 @@ _TABLES: dict = {}
 
 def _terms(graph) -> dict:
     """The stage terms found so far for this graph, keyed by (t, S[t], S[t+1]); kept for the
-    few graphs used last (by content: a graph equal in every array shares them)."""
+    last 8 graphs first seen (first in, first out; by content: a graph equal in every array
+    shares them). Whole bytes only: with fractional ones a term's last bits would depend on
+    the rows replayed beside it (``_stage_terms``)."""
+    sizes = np.concatenate([graph.mem, graph.workspace, [graph.static_mem]])
+    if not np.array_equal(sizes, np.round(sizes)):
+        raise ValueError("exhaustive search: whole-byte sizes only")
     key = (graph.names, graph.deps, graph.cost.tobytes(), graph.mem.tobytes(),
            graph.workspace.tobytes(), graph.is_backward.tobytes(), float(graph.static_mem))
     if key not in _TABLES:

@@ -308,8 +308,8 @@ def test_gap_option_and_no_warm_start():
 def test_ctrl_c_returns_best_schedule_as_timeout():
     """SIGINT during the HiGHS run (sent from the progress callback, so it lands while the
     solver thread runs) cancels it; milp returns its best schedule with status "timeout". Its
-    warm start takes about half the limit (12.3 s of 20 here), then HiGHS runs until the signal,
-    well before the limit (it runs to the limit uninterrupted here: 60 s gave a 60 s call)."""
+    warm start gets half the limit (it took 12.3 s of 20 here), then HiGHS runs until the
+    signal, before the limit (uninterrupted it runs to the limit: 60 s gave a 60 s call)."""
     import os
     import signal
 
@@ -324,7 +324,7 @@ def test_ctrl_c_returns_best_schedule_as_timeout():
     sol = remat.solve(graph, 6, method="milp", time_limit=20, progress=interrupt)
     assert sent
     assert sol.status == "timeout" and sol.details["backend_status"] == "interrupted"
-    assert sol.solve_time < 18  # 12.6 s here; at least the limit, 20 s, uninterrupted
+    assert sol.solve_time < 19.5  # 12.6 s here; at least the limit, 20 s, uninterrupted
     check_fits(graph, sol, 6)
 
 
