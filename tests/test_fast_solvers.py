@@ -913,7 +913,7 @@ def test_auto_on_chains_past_the_least_peak_length(monkeypatch):
             assert sol.feasible and sol.peak_memory <= budget
             assert sol.details["fallback"].startswith("strided-")
             assert graph not in chain_dp._LEAST_PEAK
-            found = solver("auto")(graph, budget, SolveOptions(time_limit=10))  # 8 s: 5.5-6.4 s here
+            found = solver("auto")(graph, budget, SolveOptions(time_limit=10))  # 8 s took 5.5-6.4 s
             assert found.feasible and found.peak_memory <= budget
             assert found.details["tried"][0] == "chain-dp"
             assert found.compute_cost <= sol.compute_cost * (1 + 1e-12)
