@@ -26,8 +26,21 @@ import math
 
 import numpy as np
 
+from remat.graph.core import RematGraph
 from remat.schedule.rs import cheapest_r
 from remat.schedule.simulate import _peaks_of, simulate
+
+
+def random_graph(rng, size: int, most_deps: int = 3, static: bool = False) -> RematGraph:
+    """A random DAG of ``size`` nodes for these searches: 1 to ``most_deps`` inputs per node
+    after the first, whole-byte costs and sizes 0-9, workspace 0-3 (and static memory 0-3)."""
+    deps = [sorted({int(d) for d in rng.integers(0, t, rng.integers(1, most_deps + 1))})
+            if t else [] for t in range(size)]
+    cost, mem = rng.integers(0, 10, size), rng.integers(0, 10, size)
+    static_mem = int(rng.integers(0, 4)) if static else 0
+    return RematGraph([f"n{i}" for i in range(size)], cost, mem, deps,
+                      [i > size // 2 for i in range(size)], static_mem=static_mem,
+                      workspace=rng.integers(0, 4, size))
 
 
 def _rows(t: int):

@@ -279,13 +279,7 @@ def test_recompute_rows_never_above_near_the_smallest_budget():
     smallest whole budgets, where the recompute rows bind, against the exhaustive optimum."""
     rng = np.random.default_rng(0)
     for seed in range(60):
-        size = int(rng.integers(4, 8))
-        deps = [sorted({int(d) for d in rng.integers(0, t, rng.integers(1, 4))}) if t else []
-                for t in range(size)]
-        graph = remat.RematGraph([f"n{i}" for i in range(size)], rng.integers(0, 10, size),
-                                 rng.integers(0, 10, size), deps,
-                                 [i > size // 2 for i in range(size)],
-                                 workspace=rng.integers(0, 4, size))
+        graph = exhaustive.random_graph(rng, int(rng.integers(4, 8)))
         if seed % 2:
             chain = random_chain(3, seed)
             graph = remat.RematGraph(chain.names, chain.cost, chain.mem, chain.deps,

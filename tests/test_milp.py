@@ -97,18 +97,8 @@ def test_milp_equals_exhaustive_search(name):
     assert below.proven_infeasible and below.min_budget == pytest.approx(low)
 
 
-def _five_nodes(seed: int) -> remat.RematGraph:
-    """A random DAG of 5 nodes with whole-byte sizes, workspace and static memory."""
-    rng = np.random.default_rng(seed)
-    deps = [sorted({int(d) for d in rng.integers(0, t, rng.integers(1, 3))}) if t else []
-            for t in range(5)]
-    return remat.RematGraph([f"n{i}" for i in range(5)], rng.integers(1, 9, 5),
-                            rng.integers(1, 9, 5), deps, [i > 2 for i in range(5)],
-                            static_mem=int(rng.integers(0, 4)), workspace=rng.integers(0, 4, 5))
-
-
-@pytest.mark.parametrize("graph", [remat.graphs.linear(2, unit=True), remat.graphs.linear(2)] +
-                         [_five_nodes(seed) for seed in range(4)])
+@pytest.mark.parametrize("graph", [remat.graphs.linear(2, unit=True), remat.graphs.linear(2)] + [
+    exhaustive.random_graph(np.random.default_rng(seed), 5, 2, static=True) for seed in range(4)])
 def test_dynamic_program_matches_full_enumeration(graph):
     """The row-by-row search of tests/exhaustive.py against every S matrix (T = 5), from the
     least peak to checkpoint-all's (the least peak: the least budget enumeration meets)."""
