@@ -726,8 +726,8 @@ def test_a_recursion_run_ahead_gives_chain_dp_the_cold_answer():
     from remat.solvers import chain_dp
 
     assert chain_dp.COMPILED, "the C extension was not built (make setup)"
-    graph = remat.graphs.linear(192)  # 2.2 s cold here (linear(256) 4.6 s, and this test
-    # 17 s): stopped at once (0.01 s after it starts), it stops mid-search
+    graph = remat.graphs.linear(192)  # 2.2 s cold here (linear(256): 4.6 s, and this test
+    # 19.9 s): stopped at once (0.01 s after it starts), it stops mid-search
     chain, budget = chain_of(graph), parse_budget("10%", graph)
     free = budget - graph.static_mem
     chain_dp.forget_states()
