@@ -23,7 +23,13 @@ rebuild needs) are a second start, also followed by the hold pass, and tried fir
 (``_held_bound``): where it meets the bound, nothing else runs; where no classic baseline
 fits the budget, the lowest one's schedule, its peak lowered until it fits, is another, the
 cheaper of the two kept (``_from_baseline``, built before them, with a limit of at least
-``FROM_BASELINE_LEAST_SECONDS``). Then an iterated local
+``FROM_BASELINE_LEAST_SECONDS``). Where the caller gives a schedule that fits
+(``options.initial``: auto passes its cheapest so far, a classic baseline's), it is a start
+too, tightened and after the hold pass, tried after the bound's where that is not proven
+(``_from_given``): auto with 1 s on fcn_resnet50 at op level, 50%, returned ap-greedy's
+1.3335 of the total cost, the bound's start not fitting and the knapsacks taking 0.4-2 s
+each; now 1.1990 (a 12-layer GPT-2 at op level, 20%: 1.3287 -> 1.2614-1.2749;
+bench/results/fast_notes.md, session 44). Then an iterated local
 search (``_search``: random kicks and restarts, seeded by ``options.seed``) runs from the
 cheaper start until the time limit or until it stops finding better, and then, with the time
 left, from the other (``_searched``); the same searches run beside it with other seeds, in
@@ -85,7 +91,10 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
         options.time_limit < FROM_BASELINE_LEAST_SECONDS else \
         _from_baseline(plan, budget, first, known.value)  # the passes after may take all
     held = _held_bound(plan, budget, known, deadline or began + GROW_SECONDS)
-    start = _cheaper(held, low)
+    given = None if _proven(held, known.value) else \
+        _from_given(plan, budget, options.initial, _share_of(deadline or began + GROW_SECONDS,
+                                                            FROM_BASELINE_PARTS), known.value)
+    start = _cheaper(_cheaper(held, low), given)
     report = _reporter(options, known.value, began)
     report(start)
     if start is not None and (_proven(start, known.value) or past(deadline)):
@@ -411,6 +420,19 @@ def _from_baseline(plan: "Plan", budget: float, deadline: float, bound: float) -
     if peak <= budget or past(deadline):
         return None
     return _lowered(plan, budget, S, set(), _share_of(deadline, 2), deadline, bound)
+
+
+def _from_given(plan: "Plan", budget: float, given: Solution | None, deadline: float,
+                bound: float) -> tuple | None:
+    """The caller's schedule (``options.initial``: auto's cheapest so far), tightened, then
+    the hold pass to ``deadline``; None without one, or where it does not fit."""
+    if given is None or given.S is None or not given.feasible:
+        return None
+    R, S = tighten(plan.graph, given.S)
+    sim = plan.price(R, S)
+    if sim.peak_memory > budget:
+        return None
+    return _hold(plan, budget, (sim.compute_cost, R, S, set()), deadline, bound=bound)
 
 
 def _lowered(plan: "Plan", budget: float, S: np.ndarray, kept: set[int], until: float,
