@@ -295,6 +295,26 @@ def test_gap_option_and_no_warm_start():
     assert loose.lower_bound <= exact.compute_cost + 1e-9
 
 
+def test_initial_is_priced_on_the_graph_solved():
+    """``initial`` is simulated again on the graph ``remat.solve`` is given: a schedule of a
+    chain with half the costs and a quarter of the memory passed its own cost and peak to
+    milp, which returned it as proven optimal with them. One of another size is refused."""
+    small = remat.graphs.linear(8)
+    graph = remat.RematGraph(small.names, small.cost * 2, small.mem * 4, small.deps,
+                             small.is_backward, static_mem=small.static_mem)
+    ours = remat.solve(small, "100%", method="checkpoint-all")
+    for method in ("milp", "cp-intervals", "retention"):
+        found = remat.solve(graph, "100%", method=method, time_limit=5, initial=ours)
+        sim = simulate(graph, found.R, found.S)
+        assert (found.compute_cost, found.peak_memory) == (sim.compute_cost, sim.peak_memory)
+        check_fits(graph, found, remat.parse_budget("100%", graph))
+    other = remat.solve(remat.graphs.linear(9), "100%", method="checkpoint-all")
+    with pytest.raises(remat.InvalidScheduleError, match="initial is not a schedule"):
+        remat.solve(graph, "100%", method="milp", initial=other)
+    with pytest.raises(TypeError, match="initial must be a Solution"):
+        remat.solve(graph, "100%", method="milp", initial=(ours.R, ours.S))
+
+
 def test_ctrl_c_returns_best_schedule_as_timeout():
     """SIGINT during the HiGHS run (sent from the progress callback, so it lands while the
     solver thread runs) cancels it; milp returns its best schedule with status "timeout". Its

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-from remat.errors import InfeasibleBudgetError
+from remat.errors import InfeasibleBudgetError, InvalidScheduleError
 from remat.graph.core import RematGraph
 from remat.schedule.budget import parse_budget
 from remat.schedule.solution import Solution
@@ -25,7 +26,7 @@ def solve(graph: RematGraph, budget, method: str = "auto", time_limit: float | N
         raise TypeError(f"solve() needs a RematGraph, got {type(graph).__name__}")
     solve_fn = solver(method)
     budget_bytes = parse_budget(budget, graph)
-    opts = SolveOptions.from_kwargs(time_limit=time_limit, **options)
+    opts = _priced_initial(graph, SolveOptions.from_kwargs(time_limit=time_limit, **options))
     result = solve_fn(graph, budget_bytes, opts)
     if not result.feasible and result.details.get("interrupted") and \
             not result.proven_infeasible:
@@ -34,6 +35,26 @@ def solve(graph: RematGraph, budget, method: str = "auto", time_limit: float | N
         raise InfeasibleBudgetError(_infeasible_message(method, budget, budget_bytes, result),
                                     min_budget=result.min_budget, budget=budget_bytes)
     return result
+
+
+def _priced_initial(graph: RematGraph, options: SolveOptions) -> SolveOptions:
+    """``options`` with ``initial`` priced again on ``graph`` by the simulator: its cost and
+    peak are the ones the methods compare and check against the budget, and a schedule of
+    another graph must not pass for one of this one. Raises where it is not a schedule of
+    ``graph`` (``InvalidScheduleError`` names the shape or the rule it breaks)."""
+    initial = options.initial
+    if initial is None:
+        return options
+    if not isinstance(initial, Solution) or initial.R is None or initial.S is None:
+        raise TypeError("initial must be a Solution with a schedule (R and S), got "
+                        f"{type(initial).__name__}" + ("" if not isinstance(initial, Solution)
+                                                       else " without one"))
+    try:
+        priced = Solution.from_schedule(graph, initial.R, initial.S, initial.method,
+                                        initial.status, initial.budget)
+    except InvalidScheduleError as err:
+        raise InvalidScheduleError(f"initial is not a schedule of this graph: {err}") from err
+    return replace(options, initial=priced)
 
 
 def _infeasible_message(method: str, budget, budget_bytes: float, result: Solution) -> str:

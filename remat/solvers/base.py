@@ -68,8 +68,9 @@ class SolveOptions:
     warm_start: bool = True
     """Start exact solvers from the best baseline schedule that fits."""
     initial: "Solution | None" = None
-    """A schedule that fits, for exact solvers to start from instead of running the baselines
-    again (``auto`` passes its best so far)."""
+    """A schedule that fits, for exact solvers and retention to start from instead of running
+    the baselines again (``auto`` passes its best so far). ``remat.solve`` simulates it again
+    on the graph it solves, and refuses one of another size."""
     rounding_samples: int = 32
     """Randomized rounding: number of samples drawn."""
     progress: Callable[[dict], None] | None = None
