@@ -1124,20 +1124,23 @@ def test_retention_starts_from_the_schedule_it_is_given(monkeypatch):
     assert looser.peak_memory > budget
     assert retention._from_given(plan, budget, looser, time.perf_counter() + 30,
                                  -math.inf) is None
-    order, held = [], []
+    order, given_found = [], []
     real_given, real_held = retention._from_given, retention._held_bound
-    monkeypatch.setattr(retention, "_from_given",
-                        lambda *args: order.append("given") or held.append(real_given(*args))
-                        or held[-1])
+
+    def from_given(*args):
+        order.append("given")
+        given_found.append(real_given(*args))
+        return given_found[-1]
+    monkeypatch.setattr(retention, "_from_given", from_given)
     monkeypatch.setattr(retention, "_held_bound",
                         lambda *args: order.append("held") or real_held(*args))
     starts, real_searched = [], retention._searched
     monkeypatch.setattr(retention, "_searched",
                         lambda *args, **kw: starts.append(args[3]) or real_searched(*args, **kw))
     result = solver("retention")(graph, budget, SolveOptions(time_limit=3, initial=given))
-    assert result.feasible and order == ["held", "given"] and held[0] is not None
-    assert starts[0][0] <= held[0][0]  # the search starts from it, or a cheaper one
-    assert result.compute_cost <= held[0][0] * (1 + 1e-9)
+    assert result.feasible and order == ["held", "given"] and given_found[0] is not None
+    assert starts[0][0] <= given_found[0][0]  # the search starts from it, or a cheaper one
+    assert result.compute_cost <= given_found[0][0] * (1 + 1e-9)
 
 
 def test_recomputations_are_those_of_the_loop():

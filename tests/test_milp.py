@@ -298,7 +298,8 @@ def test_gap_option_and_no_warm_start():
 def test_initial_is_priced_on_the_graph_solved():
     """``initial`` is simulated again on the graph ``remat.solve`` is given: a schedule of a
     chain with half the costs and a quarter of the memory passed its own cost and peak to
-    milp, which returned it as proven optimal with them. One of another size is refused."""
+    milp, which returned it as proven optimal with them. One of another size is refused, and
+    what is not a Solution with a schedule."""
     small = remat.graphs.linear(8)
     graph = remat.RematGraph(small.names, small.cost * 2, small.mem * 4, small.deps,
                              small.is_backward, static_mem=small.static_mem)
@@ -313,6 +314,9 @@ def test_initial_is_priced_on_the_graph_solved():
         remat.solve(graph, "100%", method="milp", initial=other)
     with pytest.raises(TypeError, match="initial must be a Solution"):
         remat.solve(graph, "100%", method="milp", initial=(ours.R, ours.S))
+    none = solver("checkpoint-all")(graph, 1.0, SolveOptions())
+    with pytest.raises(ValueError, match="initial has no schedule"):
+        remat.solve(graph, "100%", method="milp", initial=none)
 
 
 def test_ctrl_c_returns_best_schedule_as_timeout():

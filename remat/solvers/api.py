@@ -45,10 +45,10 @@ def _priced_initial(graph: RematGraph, options: SolveOptions) -> SolveOptions:
     initial = options.initial
     if initial is None:
         return options
-    if not isinstance(initial, Solution) or initial.R is None or initial.S is None:
-        raise TypeError("initial must be a Solution with a schedule (R and S), got "
-                        f"{type(initial).__name__}" + ("" if not isinstance(initial, Solution)
-                                                       else " without one"))
+    if not isinstance(initial, Solution):
+        raise TypeError(f"initial must be a Solution, got {type(initial).__name__}")
+    if initial.R is None or initial.S is None:
+        raise ValueError("initial has no schedule (R and S are None: a result that found none)")
     try:
         priced = Solution.from_schedule(graph, initial.R, initial.S, initial.method,
                                         initial.status, initial.budget)
