@@ -427,6 +427,10 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
     # a method before it and cp-intervals itself get half; the rest goes to the bound
     assert auto._share("ap-sqrtn", 20.0, ["cp-intervals"]) == 10.0
     assert auto._share("cp-intervals", 20.0, []) == 10.0
+    assert auto._share("retention", 20.0, ["cp-intervals"]) == 10.0
+    # where cp-intervals' half of what retention leaves is too short for its turn: all of it
+    assert auto._share("retention", 1.9, ["cp-intervals"]) == 1.9
+    assert auto._share("retention", 1.9, ["milp"]) == 0.95
     # only from a schedule over 1% above the bound, where retention ran out of time
     graph = remat.graphs.random_dag(10, seed=1)
     cut = Solution.from_schedule(graph, *checkpoint_all(graph), "retention", "timeout", None)
