@@ -1137,7 +1137,7 @@ def test_retention_starts_from_the_schedule_it_is_given(monkeypatch):
     starts, real_searched = [], retention._searched
     monkeypatch.setattr(retention, "_searched",
                         lambda *args, **kw: starts.append(args[3]) or real_searched(*args, **kw))
-    result = solver("retention")(graph, budget, SolveOptions(time_limit=3, initial=given))
+    result = solver("retention")(graph, budget, SolveOptions(time_limit=6, initial=given))
     assert result.feasible and order == ["held", "given"] and given_found[0] is not None
     assert starts[0][0] <= given_found[0][0]  # the search starts from it, or a cheaper one
     assert result.compute_cost <= given_found[0][0] * (1 + 1e-9)

@@ -459,9 +459,10 @@ def test_auto_runs_cp_intervals_after_retention_on_large_graphs(monkeypatch):
 @pytest.mark.parametrize("limit,runs", [(1.6, False), (4.0, True)])
 def test_auto_gives_cp_intervals_no_share_too_short_to_search(monkeypatch, limit, runs):
     """cp-intervals after retention ran out of time, 5% above the bound (a fake clock:
-    retention uses all of its half, the baselines nothing): with 4 s its quarter (1 s) is
-    enough to search; with 1.6 s its quarter (0.4 s) is under ``CP_LEAST_SECONDS``, and
-    neither it nor the search after the bound (under ``LEFT_SECONDS`` left) runs."""
+    retention uses all of its share, the baselines nothing): with 4 s retention gets half and
+    cp-intervals a quarter (1 s), enough to search; with 1.6 s that quarter (0.4 s) would be
+    under ``CP_LEAST_SECONDS``, so retention gets all of it, and neither cp-intervals nor
+    the search after the bound (under ``LEFT_SECONDS`` left) runs."""
     from types import SimpleNamespace
 
     from remat.solvers import auto

@@ -298,8 +298,8 @@ def test_gap_option_and_no_warm_start():
 def test_initial_is_priced_on_the_graph_solved():
     """``initial`` is simulated again on the graph ``remat.solve`` is given: a schedule of a
     chain with half the costs and a quarter of the memory passed its own cost and peak to
-    milp, which returned it as proven optimal with them. One of another size is refused, and
-    what is not a Solution with a schedule."""
+    milp, which returned it as proven optimal with them. Its status and bound are not kept.
+    One of another size is refused, and what is not a Solution with a schedule."""
     small = remat.graphs.linear(8)
     graph = remat.RematGraph(small.names, small.cost * 2, small.mem * 4, small.deps,
                              small.is_backward, static_mem=small.static_mem)
@@ -309,6 +309,14 @@ def test_initial_is_priced_on_the_graph_solved():
         sim = simulate(graph, found.R, found.S)
         assert (found.compute_cost, found.peak_memory) == (sim.compute_cost, sim.peak_memory)
         check_fits(graph, found, remat.parse_budget("100%", graph))
+    # nor its own bound (here its cost, above the optimum: nothing recomputed at 100%); with
+    # no time to build its model, milp returned the schedule as proven optimal with it
+    sqrtn = remat.solve(graph, "100%", method="chen-sqrtn")
+    assert sqrtn.compute_cost > graph.total_cost
+    proud = sqrtn.with_(lower_bound=sqrtn.compute_cost)
+    found = remat.solve(graph, "100%", method="milp", time_limit=0.01, initial=proud)
+    assert found.lower_bound == pytest.approx(graph.total_cost)
+    assert found.status != "optimal" or found.compute_cost == pytest.approx(graph.total_cost)
     other = remat.solve(remat.graphs.linear(9), "100%", method="checkpoint-all")
     with pytest.raises(remat.InvalidScheduleError, match="initial is not a schedule"):
         remat.solve(graph, "100%", method="milp", initial=other)

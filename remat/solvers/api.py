@@ -40,8 +40,10 @@ def solve(graph: RematGraph, budget, method: str = "auto", time_limit: float | N
 def _priced_initial(graph: RematGraph, options: SolveOptions) -> SolveOptions:
     """``options`` with ``initial`` priced again on ``graph`` by the simulator: its cost and
     peak are the ones the methods compare and check against the budget, and a schedule of
-    another graph must not pass for one of this one. Raises where it is not a schedule of
-    ``graph`` (``InvalidScheduleError`` names the shape or the rule it breaks)."""
+    another graph must not pass for one of this one. Its status and lower bound are not kept
+    (milp counts an initial's lower bound as proven): "feasible", and the bound every
+    schedule has. Raises where it is not a schedule of ``graph`` (``InvalidScheduleError``
+    names the shape or the rule it breaks)."""
     initial = options.initial
     if initial is None:
         return options
@@ -51,7 +53,7 @@ def _priced_initial(graph: RematGraph, options: SolveOptions) -> SolveOptions:
         raise ValueError("initial has no schedule (R and S are None: a result that found none)")
     try:
         priced = Solution.from_schedule(graph, initial.R, initial.S, initial.method,
-                                        initial.status, initial.budget)
+                                        "feasible", initial.budget)
     except InvalidScheduleError as err:
         raise InvalidScheduleError(f"initial is not a schedule of this graph: {err}") from err
     return replace(options, initial=priced)
