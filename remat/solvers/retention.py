@@ -27,7 +27,7 @@ cheaper of the two kept (``_from_baseline``, built before them, with a limit of 
 (``options.initial``: auto passes its cheapest so far, a classic baseline's), it is a start
 too, tightened and after the hold pass, tried after the bound's where that is not proven
 (``_from_given``): auto with 1 s on fcn_resnet50 at op level, 50%, returned ap-greedy's
-1.3335 of the total cost, the bound's start not fitting and the knapsacks taking 0.4-2 s
+1.3335 of the total cost, the bound's start not fitting and the knapsacks taking 0.2-2 s
 each; now 1.1990 (a 12-layer GPT-2 at op level, 20%: 1.3287 -> 1.2614-1.2749;
 bench/results/fast_notes.md, session 44). Then an iterated local
 search (``_search``: random kicks and restarts, seeded by ``options.seed``) runs from the
