@@ -1149,8 +1149,9 @@ def test_retention_starts_from_selective_checkpointing(monkeypatch):
     cheapest to rebuild per byte until the schedule fits, then the hold pass, gives 1.0455 of
     the total cost (measured, 4.3 s), where the bound's gaps do not fit and the hold pass on
     ap-greedy's schedule, the cheapest baseline, stops at 1.1772. None where dropping all of
-    them does not fit (GPT-2 at op level, 20%). retention tries it after the other starts
-    where they are not proven, and searches from the cheapest."""
+    them does not fit (GPT-2 at op level, 20%), or where its steps would not end in time.
+    retention tries it after the other starts where they are not proven, and searches from
+    the cheapest."""
     import time
 
     from remat.schedule.simulate import simulate
@@ -1163,6 +1164,8 @@ def test_retention_starts_from_selective_checkpointing(monkeypatch):
     sim = simulate(graph, found[1], found[2])
     assert sim.peak_memory <= budget and sim.compute_cost == pytest.approx(found[0])
     assert found[0] < 1.06 * graph.total_cost
+    assert retention._selective(retention.Plan(graph), budget, time.perf_counter() + 1e-3,
+                                -math.inf) is None  # its 20 steps would not end in time
     small = _graph_file("gpt2-op")
     assert retention._selective(retention.Plan(small), remat.parse_budget("20%", small),
                                 time.perf_counter() + 30, -math.inf) is None
