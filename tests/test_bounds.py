@@ -1143,7 +1143,6 @@ def test_retention_starts_from_the_schedule_it_is_given(monkeypatch):
     assert result.compute_cost <= given_found[0][0] * (1 + 1e-9)
 
 
-
 def test_retention_starts_from_selective_checkpointing(monkeypatch):
     """A 12-layer GPT-2 at op level, 40%: dropping the gaps across the loss of the values
     cheapest to rebuild per byte until the schedule fits, then the hold pass, gives 1.0455 of
@@ -1183,6 +1182,7 @@ def test_retention_starts_from_selective_checkpointing(monkeypatch):
     assert result.feasible and order == ["given", "selective"] and selected[0] is not None
     assert starts[0][0] <= selected[0][0]
     assert result.compute_cost <= selected[0][0] * (1 + 1e-9)
+
 
 def test_recomputations_are_those_of_the_loop():
     """``retention._recomputations`` (numpy) lists every computation after a value's first, with
