@@ -1169,11 +1169,13 @@ def test_retention_starts_from_selective_checkpointing(monkeypatch):
     assert retention._selective(retention.Plan(small), remat.parse_budget("20%", small),
                                 time.perf_counter() + 30, -math.inf) is None
     order, selected, real = [], [], retention._selective
-    monkeypatch.setattr(retention, "_from_given",
-                        lambda *args: order.append("given") or None)
-    monkeypatch.setattr(retention, "_selective",
-                        lambda *args: order.append("selective") or selected.append(
-                            real(*args)) or selected[-1])
+
+    def selective(*args):
+        order.append("selective")
+        selected.append(real(*args))
+        return selected[-1]
+    monkeypatch.setattr(retention, "_from_given", lambda *args: order.append("given") or None)
+    monkeypatch.setattr(retention, "_selective", selective)
     starts, real_searched = [], retention._searched
     monkeypatch.setattr(retention, "_searched",
                         lambda *args, **kw: starts.append(args[3]) or real_searched(*args, **kw))

@@ -531,20 +531,21 @@ def _proof_left(result: Solution, later: list[str]) -> str | None:
 
 
 def _share(name: str, left: float, later: list[str]) -> float:
-    """The seconds method ``name`` gets of the ``left`` in auto's time limit: half when an
+    """The seconds method ``name`` gets of the ``left`` in auto's time limit: half when a
     method of ``HALF_BEFORE`` follows, or when retention goes before the baselines (on chains:
     at 10% of heterogeneous linear(1024)'s range its 30 s found 3.51 of the total cost,
     chen-greedy 1.27 in 2 s), else all of it; chain-dp, when any method follows, half and at
     most ``CHAIN_DP_SECONDS``; cp-intervals, last, half: it searches to its limit unless it
     meets the bound, and the rest goes to the bound (``_bound_left``); but retention gets all
-    of it where cp-intervals alone follows and would get less than ``CP_LEAST_SECONDS`` (a
-    quarter of ``left``): the 1 s sweep, seeds 0-2, 3 rows lower, none higher (fcn_resnet50
+    of it where cp-intervals alone follows and would get less than ``CP_LEAST_SECONDS`` (its
+    half of retention's half): the 1 s sweep, seeds 0-2, 3 rows lower, none higher (fcn_resnet50
     op 80% 1.0230-1.0354 -> 1.0082-1.0121 of the total cost; bench/results/fast_notes.md,
     session 44); never less than ``MIN_STEP_SECONDS``, so that the fast baselines always
     run."""
     share = left / 2 if any(m in HALF_BEFORE for m in later) or name == "cp-intervals" or (
         name == "retention" and later) else left
-    if name == "retention" and later == ["cp-intervals"] and left / 4 < CP_LEAST_SECONDS:
+    if name == "retention" and later == ["cp-intervals"] and \
+            _share("cp-intervals", left / 2, []) < CP_LEAST_SECONDS:
         share = left
     if name == "chain-dp" and later:
         share = min(left / 2, CHAIN_DP_SECONDS)

@@ -90,18 +90,19 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
     deadline = None if options.time_limit is None else began + options.time_limit
     known = retention_bound(graph, budget, bound_time(options.time_limit), options.threads)
     plan = Plan(graph)
-    first = _share_of(deadline or began + GROW_SECONDS, FROM_BASELINE_PARTS)
+    end = deadline or began + GROW_SECONDS  # where the starts stop without a time limit
     low = None if options.time_limit is not None and \
         options.time_limit < FROM_BASELINE_LEAST_SECONDS else \
-        _from_baseline(plan, budget, first, known.value)  # the passes after may take all
-    held = _held_bound(plan, budget, known, deadline or began + GROW_SECONDS)
+        _from_baseline(plan, budget, _share_of(end, FROM_BASELINE_PARTS),
+                       known.value)  # the passes after may take all
+    held = _held_bound(plan, budget, known, end)
     given = None if _proven(held, known.value) else \
-        _from_given(plan, budget, options.initial, _share_of(deadline or began + GROW_SECONDS,
-                                                            FROM_BASELINE_PARTS), known.value)
+        _from_given(plan, budget, options.initial, _share_of(end, FROM_BASELINE_PARTS),
+                    known.value)
     start = _cheaper(_cheaper(held, low), given)
     if not _proven(start, known.value):
-        start = _cheaper(start, _selective(plan, budget, _share_of(
-            deadline or began + GROW_SECONDS, FROM_BASELINE_PARTS), known.value))
+        start = _cheaper(start, _selective(plan, budget, _share_of(end, FROM_BASELINE_PARTS),
+                                           known.value))
     report = _reporter(options, known.value, began)
     report(start)
     if start is not None and (_proven(start, known.value) or past(deadline)):
