@@ -1148,7 +1148,8 @@ def test_retention_starts_from_selective_checkpointing(monkeypatch):
     cheapest to rebuild per byte until the schedule fits, then the hold pass, gives 1.0455 of
     the total cost (measured, 4.3 s), where the bound's gaps do not fit and the hold pass on
     ap-greedy's schedule, the cheapest baseline, stops at 1.1772. None where dropping all of
-    them does not fit (GPT-2 at op level, 20%), or where its steps would not end in time.
+    them does not fit (GPT-2 at op level, 20%), or where its steps would not end in time
+    (none at all past its deadline).
     retention tries it after the other starts where they are not proven, and searches from
     the cheapest."""
     import time
@@ -1165,6 +1166,17 @@ def test_retention_starts_from_selective_checkpointing(monkeypatch):
     assert found[0] < 1.06 * graph.total_cost
     assert retention._selective(retention.Plan(graph), budget, time.perf_counter() + 1e-3,
                                 -math.inf) is None  # its 20 steps would not end in time
+    slow, attempt = retention.Plan(graph), retention.Plan.attempt
+
+    def slow_attempt(*args):
+        time.sleep(0.05)
+        return attempt(slow, *args)
+    slow.attempt = slow_attempt
+    assert retention._selective(slow, budget, time.perf_counter() + 0.5, -math.inf) is None
+    assert slow.work == 1  # its 20 steps of 0.05 s or more would not end in time: one taken
+    late = retention.Plan(graph)
+    assert retention._selective(late, budget, time.perf_counter() - 1.0, -math.inf) is None
+    assert late.work == 0  # past its deadline: not one schedule priced
     small = _graph_file("gpt2-op")
     assert retention._selective(retention.Plan(small), remat.parse_budget("20%", small),
                                 time.perf_counter() + 30, -math.inf) is None
