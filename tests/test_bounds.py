@@ -1145,9 +1145,10 @@ def test_retention_starts_from_the_schedule_it_is_given(monkeypatch):
 
 def test_retention_starts_from_selective_checkpointing(monkeypatch):
     """A 12-layer GPT-2 at op level, 40%: dropping the gaps across the loss of the values
-    cheapest to rebuild per byte until the schedule fits, then the hold pass, gives 1.0455 of
-    the total cost (measured, 4.3 s), where the bound's gaps do not fit and the hold pass on
-    ap-greedy's schedule, the cheapest baseline, stops at 1.1772. None where dropping all of
+    cheapest to drop per byte until the schedule fits, then the hold pass, gives 1.0453 of
+    the total cost (measured, 2 s), where the bound's gaps do not fit and the hold pass on
+    ap-greedy's schedule, the cheapest baseline, stops at 1.1772. At 20% the order by
+    ``Plan.drop_costs`` gives 1.2174, by rebuild costs 1.3208. None where dropping all of
     them does not fit (GPT-2 at op level, 20%), or where its steps would not end in time
     (none at all past its deadline).
     retention tries it after the other starts where they are not proven, and searches from
@@ -1173,7 +1174,11 @@ def test_retention_starts_from_selective_checkpointing(monkeypatch):
         return attempt(slow, *args)
     slow.attempt = slow_attempt
     assert retention._selective(slow, budget, time.perf_counter() + 0.5, -math.inf) is None
-    assert slow.work == 1  # its 20 steps of 0.05 s or more would not end in time: one taken
+    assert slow.work == 2  # 20 steps of 0.05 s or more would not end in time: one per order
+    tight = remat.parse_budget("20%", graph)
+    found = retention._selective(retention.Plan(graph), tight, time.perf_counter() + 60,
+                                 -math.inf)
+    assert found[0] < 1.25 * graph.total_cost  # by rebuild costs alone: 1.3208
     late = retention.Plan(graph)
     assert retention._selective(late, budget, time.perf_counter() - 1.0, -math.inf) is None
     assert late.work == 0  # past its deadline: not one schedule priced
@@ -1196,6 +1201,24 @@ def test_retention_starts_from_selective_checkpointing(monkeypatch):
     assert result.feasible and order == ["given", "selective"] and selected[0] is not None
     assert starts[0][0] <= selected[0][0]
     assert result.compute_cost <= selected[0][0] * (1 + 1e-9)
+
+
+def test_drop_costs_count_the_rebuilds_that_read_a_value():
+    """A (cost 10) is read by B and at the end of the backward; B's gap across the loss is
+    dropped, so B is rebuilt from A at stage 4. Dropping A's gap too makes that rebuild
+    compute A, and gA compute it again at stage 5: 20, where the rebuild cost says 10."""
+    from remat.schedule.simulate import simulate
+    from remat.solvers import retention
+
+    graph = remat.RematGraph(["A", "B", "C", "L", "gB", "gA"], [10, 1, 1, 1, 1, 1], [1] * 6,
+                             [(), (0,), (1,), (2,), (3, 1), (4, 0)], [False] * 4 + [True] * 2)
+    plan = retention.Plan(graph)
+    a, b = plan.gaps.index((0, 2, 4)), plan.gaps.index((1, 3, 3))
+    assert plan.rebuild_costs({a}, [a])[a] == 10
+    assert plan.drop_costs({a}, [a, b])[[a, b]].tolist() == [20, 1]
+    assert plan.drop_costs({a, b}, [a, b])[[a, b]].tolist() == [10, 1]  # nothing dropped
+    R, S = plan.schedule(set())
+    assert simulate(graph, R, S).compute_cost == graph.total_cost + 20 + 1
 
 
 def test_recomputations_are_those_of_the_loop():

@@ -31,9 +31,9 @@ too, tightened and after the hold pass, tried after the bound's where that is no
 each; now 1.1990 (a 12-layer GPT-2 at op level, 20%: 1.3287 -> 1.2614-1.2749;
 bench/results/fast_notes.md, session 44). Where none of these is proven, selective
 checkpointing is one more (``_selective``): every gap kept but those across the loss of the
-values cheapest to rebuild per byte, dropped until the schedule fits, then the hold pass: on
-a 12-layer GPT-2 at op level, 40%, 1.0455 of the total cost in 4.3 s, where the bound's gaps
-do not fit and the other starts stop at 1.1772 (session 45). Then an iterated local
+values cheapest to drop per byte, dropped until the schedule fits, then the hold pass: on a
+12-layer GPT-2 at op level, 40%, 1.0453 of the total cost (its first order, 2 s), where the
+bound's gaps do not fit and the other starts stop at 1.1772 (sessions 45-46). Then an iterated local
 search (``_search``: random kicks and restarts, seeded by ``options.seed``) runs from the
 cheaper start until the time limit or until it stops finding better, and then, with the time
 left, from the other (``_searched``); the same searches run beside it with other seeds, in
@@ -445,23 +445,37 @@ def _from_given(plan: "Plan", budget: float, given: Solution | None, deadline: f
 
 def _selective(plan: "Plan", budget: float, deadline: float, bound: float) -> tuple | None:
     """Selective checkpointing as a start: every gap kept but those across the loss (from the
-    forward pass into the backward) of the values cheapest to rebuild per byte (rebuild costs
-    given the gaps kept so far, ``Plan.rebuild_costs``), dropped ``1 / SELECTIVE_STEPS`` of
-    them at a time until the schedule fits, then the hold pass to ``deadline``, which leaves
-    one computation per dropped value where memory allows; None where dropping all of them
-    does not fit, where the steps left would not end by ``deadline`` at the pace of those
-    before (then little time is lost: with auto's 1 s on random_dag(500) at 10%, its 32 steps
-    take 0.6 s, and the knapsacks after it need the time), with no step at all where
-    ``deadline`` has passed (one step takes 0.05-0.61 s on linear(1024-4096)), or where the
-    graph has no loss."""
-    graph, loss = plan.graph, plan.graph.loss_node
-    if loss is None:
+    forward pass into the backward) of the values cheapest to drop per byte, dropped
+    ``1 / SELECTIVE_STEPS`` of them at a time until the schedule fits, then the hold pass,
+    which leaves one computation per dropped value where memory allows. Two orders, the
+    cheaper schedule kept: by ``Plan.drop_costs`` first, with half the time to ``deadline``,
+    then by ``Plan.rebuild_costs`` (on a 12-layer GPT-2 at op level 1.2174 / 1.3208 of the
+    total cost at 20%, 1.0238 / 1.0171 at 50%; gpt2 at op level, 30%: 1.2917 / 1.2000).
+    None where the graph has no loss or neither order gives a schedule (``_dropped``)."""
+    if plan.graph.loss_node is None:
         return None
+    first = _dropped(plan, budget, _share_of(deadline, 2), bound, plan.drop_costs)
+    if _proven(first, bound):
+        return first
+    return _cheaper(first, _dropped(plan, budget, deadline, bound, plan.rebuild_costs))
+
+
+def _dropped(plan: "Plan", budget: float, deadline: float, bound: float,
+             costs) -> tuple | None:
+    """``_selective`` in one order: ``costs(kept, across)`` prices dropping each gap across
+    the loss given those kept so far, computed again after each step (dropping ``h.k`` of a
+    transformer makes ``h.k+1`` dear); then the hold pass to ``deadline``. None where
+    dropping all of them does not fit, where the steps left would not end by ``deadline``
+    at the pace of those before (then little time is lost: with auto's 1 s on
+    random_dag(500) at 10%, its 32 steps take 0.6 s, and the knapsacks after it need the
+    time), with no step at all where ``deadline`` has passed (one step takes 0.05-0.61 s on
+    linear(1024-4096))."""
+    graph, loss = plan.graph, plan.graph.loss_node
     across = [k for k, (_, first, last) in enumerate(plan.gaps) if first <= loss <= last]
     step, kept = max(1, len(across) // SELECTIVE_STEPS), set(range(len(plan.gaps)))
     began, steps = time.perf_counter(), 0
     while across and not past(deadline):
-        weights = plan.rebuild_costs(kept, across)
+        weights = costs(kept, across)
         across.sort(key=lambda k: weights[k] / graph.mem[plan.gaps[k][0]])
         kept.difference_update(across[:step])
         del across[:step]
@@ -770,16 +784,46 @@ class Plan:
         not resident at the start of the stage that reads v after the gap, found through the
         ancestors that must be rebuilt as well. ``only``: just these gaps (the others keep
         their own cost)."""
-        graph, S = self.graph, self.resident(kept)
+        S = self.resident(kept)
         weights = self.own_costs()
         for k in range(len(self.gaps)) if only is None else only:
             v, _, last = self.gaps[k]
-            seen, stack = {v}, list(graph.deps[v])
-            while stack:
-                d = stack.pop()
-                if d in seen or S[last + 1, d]:
-                    continue
-                seen.add(d)
-                weights[k] += graph.cost[d]
-                stack.extend(graph.deps[d])
+            rebuilt, _ = self._rebuild(S, v, last + 1)
+            weights[k] += sum(self.graph.cost[d] for d in rebuilt)
         return weights
+
+    def drop_costs(self, kept: set[int], only: list[int]) -> np.ndarray:
+        """Per gap in ``only``, what dropping it adds given the kept gaps: its rebuild cost
+        (``rebuild_costs``) once for the stage that reads v after the gap, and once more for
+        each other stage within the gap where the rebuild of a dropped gap reads v resident
+        (dropping v makes that rebuild compute it too). ``rebuild_costs`` prices those later,
+        once they are dropped themselves; on a 12-layer GPT-2 at op level, 20%, dropping the
+        attention's softmax and mask before its scores made the scores computed 4 times each
+        (``_selective``: 1.3208 of the total cost with rebuild costs, 1.2174 with these)."""
+        S, reads = self.resident(kept), {}
+        for j in set(range(len(self.gaps))) - set(kept):
+            v, _, last = self.gaps[j]
+            for d in self._rebuild(S, v, last + 1)[1]:
+                reads.setdefault(d, set()).add(last + 1)
+        costs = self.rebuild_costs(kept, only)
+        for k in only:
+            v, first, last = self.gaps[k]
+            costs[k] *= 1 + sum(first <= stage <= last for stage in reads.get(v, ()))
+        return costs
+
+    def _rebuild(self, S: np.ndarray, v: int, stage: int) -> tuple[set[int], set[int]]:
+        """(the ancestors of v that computing it again at the start of ``stage`` computes
+        again too: those not resident there, found through each other; the resident ones it
+        reads) under residency S."""
+        deps = self.graph.deps
+        rebuilt, read, stack = set(), set(), list(deps[v])
+        while stack:
+            d = stack.pop()
+            if d in rebuilt or d in read:
+                continue
+            if S[stage, d]:
+                read.add(d)
+                continue
+            rebuilt.add(d)
+            stack.extend(deps[d])
+        return rebuilt, read
