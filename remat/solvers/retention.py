@@ -101,7 +101,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
                     known.value)
     start = _cheaper(_cheaper(held, low), given)
     if not _proven(start, known.value):
-        start = _cheaper(start, _selective(plan, budget, _share_of(end, FROM_BASELINE_PARTS),
+        start = _cheaper(start, _selective(plan, budget, _share_of(end, 2),
                                            known.value))
     report = _reporter(options, known.value, began)
     report(start)
