@@ -1071,7 +1071,8 @@ def test_the_hold_pass_makes_its_first_move_past_its_deadline():
 
 def test_retention_starts_from_the_lowest_baseline_lowered_where_none_fits(monkeypatch):
     """The tiny U-Net at op level, 50%: no classic baseline fits; ``_from_baseline`` lowers the
-    peak of the one that peaks lowest until it fits, then the hold pass: a schedule within
+    peak of the one that peaks lowest until it fits (the descent may take all its time),
+    then the hold pass: a schedule within
     the budget, at its simulated cost (1.1731 of the total, measured). retention builds it
     first, before the bound's start and its knapsacks (a 12-layer GPT-2 at op level, 10%:
     they took 20 of its 30 s, measured). At 80%, where a baseline fits, there is none."""
@@ -1089,6 +1090,15 @@ def test_retention_starts_from_the_lowest_baseline_lowered_where_none_fits(monke
     assert sim.peak_memory <= budget and sim.compute_cost == pytest.approx(found[0])
     assert retention._from_baseline(plan, remat.parse_budget("80%", graph),
                                     time.perf_counter() + 30, -math.inf) is None
+    untils, real_lowered = [], retention._lowered
+
+    def lowered(plan, budget, S, kept, until, deadline, bound):
+        untils.append((until, deadline))
+        return real_lowered(plan, budget, S, kept, until, deadline, bound)
+    monkeypatch.setattr(retention, "_lowered", lowered)
+    retention._from_baseline(plan, budget, time.perf_counter() + 30, -math.inf)
+    assert untils[0][0] == untils[0][1]  # the descent may take all its time: it stops on fit
+    monkeypatch.undo()
     order = []
     real_from, real_held = retention._from_baseline, retention._held_bound
     monkeypatch.setattr(retention, "_from_baseline",
