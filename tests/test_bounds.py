@@ -1072,10 +1072,10 @@ def test_the_hold_pass_makes_its_first_move_past_its_deadline():
 def test_retention_starts_from_the_lowest_baseline_lowered_where_none_fits(monkeypatch):
     """The tiny U-Net at op level, 50%: no classic baseline fits; ``_from_baseline`` lowers the
     peak of the one that peaks lowest until it fits (the descent may take all its time),
-    then the hold pass: a schedule within
-    the budget, at its simulated cost (1.1731 of the total, measured). retention builds it
-    first, before the bound's start and its knapsacks (a 12-layer GPT-2 at op level, 10%:
-    they took 20 of its 30 s, measured). At 80%, where a baseline fits, there is none."""
+    then the hold pass: a schedule within the budget, at its simulated cost (1.1731 of the
+    total, measured). retention builds it first, before the bound's start and its knapsacks
+    (a 12-layer GPT-2 at op level, 10%: they took 20 of its 30 s, measured). At 80%, where a
+    baseline fits, there is none."""
     import time
 
     from remat.schedule.simulate import simulate
@@ -1156,11 +1156,11 @@ def test_retention_starts_from_the_schedule_it_is_given(monkeypatch):
 def test_retention_starts_from_selective_checkpointing(monkeypatch):
     """A 12-layer GPT-2 at op level, 40%: dropping the gaps across the loss of the values
     cheapest to drop per byte until the schedule fits, then the hold pass, gives 1.0453 of
-    the total cost (measured, 2 s), where the bound's gaps do not fit and the hold pass on
-    ap-greedy's schedule, the cheapest baseline, stops at 1.1772. At 20% the order by
-    ``Plan.drop_costs`` gives 1.2174, by rebuild costs 1.3208. None where dropping all of
-    them does not fit (GPT-2 at op level, 20%), or where its steps would not end in time
-    (none at all past its deadline).
+    the total cost (measured; its first order 2 s), where the bound's gaps do not fit and
+    the hold pass on ap-greedy's schedule, the cheapest baseline, stops at 1.1772. At 20%
+    the order by ``Plan.drop_costs`` gives 1.2174, by rebuild costs 1.3208. None where
+    dropping all of them does not fit (GPT-2 at op level, 20%), or where its steps would not
+    end in time (none at all past its deadline).
     retention tries it after the other starts where they are not proven, and searches from
     the cheapest."""
     import time
