@@ -33,12 +33,12 @@ bench/results/fast_notes.md, session 44). Where none of these is proven, selecti
 checkpointing is one more (``_selective``): every gap kept but those across the loss of the
 values cheapest to drop per byte, dropped until the schedule fits, then the hold pass: on a
 12-layer GPT-2 at op level, 40%, 1.0453 of the total cost (its first order, 2 s), where the
-bound's gaps do not fit and the other starts stop at 1.1772 (sessions 45-46). Then an iterated local
-search (``_search``: random kicks and restarts, seeded by ``options.seed``) runs from the
-cheaper start until the time limit or until it stops finding better, and then, with the time
-left, from the other (``_searched``); the same searches run beside it with other seeds, in
-helper processes on the cores it leaves idle (``remat.solvers.beside``). It scales to
-thousands of nodes (one small knapsack per try; the passes stop at the time limit) and
+bound's gaps do not fit and the other starts stop at 1.1772 (sessions 45-46). Then an
+iterated local search (``_search``: random kicks and restarts, seeded by ``options.seed``)
+runs from the cheaper start until the time limit or until it stops finding better, and then,
+with the time left, from the other (``_searched``); the same searches run beside it with
+other seeds, in helper processes on the cores it leaves idle (``remat.solvers.beside``). It
+scales to thousands of nodes (one small knapsack per try; the passes stop at the time limit) and
 reports the retention bound as its ``lower_bound``, status "optimal" where it meets it.
 
 Where no choice of gaps fits (a rebuild in one stage holds more at once than the budget
@@ -101,7 +101,7 @@ def solve(graph: RematGraph, budget: float, options: SolveOptions) -> Solution:
                     known.value)
     start = _cheaper(_cheaper(held, low), given)
     if not _proven(start, known.value):
-        start = _cheaper(start, _selective(plan, budget, _share_of(end, 2),
+        start = _cheaper(start, _selective(plan, budget, _share_of(end, SELECTIVE_PARTS),
                                            known.value))
     report = _reporter(options, known.value, began)
     report(start)
@@ -418,9 +418,10 @@ def _from_baseline(plan: "Plan", budget: float, deadline: float, bound: float) -
     after the knapsacks (20 of retention's 30 s) it got no time, nor after the hold pass of
     the bound's start (all of it, in one of two calls), and auto with 60 s returned
     2.786-3.106 (bench/results/fast_notes.md, session 34). The descent once had half the
-    time: with auto's 30 s on fcn_resnet50 at op level, 30%, it fits in 1.8-2.2 s and was
-    cut at 1.4 s in 5 of 8 calls, which then found no schedule (min_budget's 2.443 of the
-    total, where the others found 1.1627; session 46)."""
+    time: with auto's 30 s on fcn_resnet50 at op level, 30%, 5 of 8 calls found no
+    schedule (min_budget's 2.443 of the total, the others 1.1627). Traced, the descent fitted
+    after 1.84 s in one call and stopped at 1.42 s without fitting in another; with all its
+    time it fits after 2.1-2.2 s (session 46)."""
     from remat.solvers.base import CLASSIC
     from remat.solvers.min_budget import smallest_baseline
 
@@ -493,6 +494,11 @@ def _dropped(plan: "Plan", budget: float, deadline: float, bound: float,
 
 SELECTIVE_STEPS = 32
 """``_selective`` drops the gaps across the loss in about this many steps."""
+SELECTIVE_PARTS = 2
+"""``_selective`` gets 1 / this of the time left to the end of the starts. With a quarter,
+auto's 30 s on a 12-layer GPT-2 at op level, 20%, gave it 1.1 s, 0.55 s per order, and its
+hold pass stopped at 1.2263 of the total cost; with half, 2.4 s and 1.2174
+(bench/results/fast_notes.md, session 46)."""
 
 
 def _lowered(plan: "Plan", budget: float, S: np.ndarray, kept: set[int], until: float,
@@ -787,7 +793,10 @@ class Plan:
         not resident at the start of the stage that reads v after the gap, found through the
         ancestors that must be rebuilt as well. ``only``: just these gaps (the others keep
         their own cost)."""
-        S = self.resident(kept)
+        return self._rebuild_costs(self.resident(kept), only)
+
+    def _rebuild_costs(self, S: np.ndarray, only: list[int] | None) -> np.ndarray:
+        """``rebuild_costs`` under residency S (``resident``)."""
         weights = self.own_costs()
         for k in range(len(self.gaps)) if only is None else only:
             v, _, last = self.gaps[k]
@@ -801,14 +810,15 @@ class Plan:
         each other stage within the gap where the rebuild of a dropped gap reads v resident
         (dropping v makes that rebuild compute it too). ``rebuild_costs`` prices those later,
         once they are dropped themselves; on a 12-layer GPT-2 at op level, 20%, dropping the
-        attention's softmax and mask before its scores made the scores computed 4 times each
-        (``_selective``: 1.3208 of the total cost with rebuild costs, 1.2174 with these)."""
+        attention's softmax and mask before its scores made the scores of most blocks
+        computed 3-4 times more (``_selective``: 1.3208 of the total cost with rebuild costs,
+        1.2174 with these)."""
         S, reads = self.resident(kept), {}
         for j in set(range(len(self.gaps))) - set(kept):
             v, _, last = self.gaps[j]
             for d in self._rebuild(S, v, last + 1)[1]:
                 reads.setdefault(d, set()).add(last + 1)
-        costs = self.rebuild_costs(kept, only)
+        costs = self._rebuild_costs(S, only)
         for k in only:
             v, first, last = self.gaps[k]
             costs[k] *= 1 + sum(first <= stage <= last for stage in reads.get(v, ()))
